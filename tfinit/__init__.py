@@ -1,0 +1,27 @@
+"""tfinit: Caffe2's parameter-initialization semantics for TensorFlow 2 / Keras 3.
+
+``import tfinit`` registers every Caffe2 fill operator as a Keras initializer, so
+``Dense(4, kernel_initializer="XavierFill")`` works.
+"""
+
+from tfinit.registry import fill_ops
+from tfinit.fills import (
+    ConstantFill,
+    DiagonalFill,
+    GaussianFill,
+    GivenTensorBoolFill,
+    GivenTensorDoubleFill,
+    GivenTensorFill,
+    GivenTensorInt16Fill,
+    GivenTensorInt64Fill,
+    GivenTensorIntFill,
+    MSRAFill,
+    RangeFill,
+    UniformFill,
+    UniformIntFill,
+    UniqueUniformFill,
+    XavierFill,
+    get,
+)
+
+__version__ = "0.1.0"

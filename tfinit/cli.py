@@ -1,0 +1,53 @@
+"""The ``tfinit`` command. Bad arguments exit non-zero with one line, no traceback."""
+
+import argparse
+import inspect
+import sys
+
+
+class _UsageError(Exception):
+    """A user mistake: printed as one line, exit status 2."""
+
+
+def _ops(args):
+    from tfinit import registry
+
+    for name in registry.fill_ops():
+        cls = registry.lookup(name)
+        params = [
+            str(p) for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"
+        ]
+        print(f"{name}({', '.join(params)})")
+        print(f"    {cls.formula}")
+        doc = (cls.__doc__ or "").strip().splitlines()
+        if doc:
+            print(f"    {doc[0]}")
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="tfinit",
+        description="Caffe2's parameter-initialization semantics for TensorFlow / Keras.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    ops = commands.add_parser("ops", help="list every Caffe2 fill operator with its arguments and maths")
+    ops.set_defaults(run=_ops)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args)
+    except _UsageError as err:
+        print(f"tfinit {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""ParameterInfo: the record of one created parameter (Caffe2's ``ParameterInfo``).
+
+Caffe2 records a blob name; tfinit records the TensorFlow variable itself. The
+fields Caffe2 code reads are kept: ``param``/``blob``, ``name``, ``shape``, ``size``,
+``length``, ``key``, ``grad``, ``param_id`` and ``blob_copy`` — a dict mapping a
+``tf.DType`` to the same parameter held in another precision (PseudoFP16:
+``{tf.float32: P_fp32}``; Reverse: ``{tf.float16: P_fp16}``).
+"""
+
+import math
+
+import tensorflow as tf
+
+
+def variable_name(variable):
+    """A variable's short name: ``"P"`` for a ``tf.Variable`` named ``"P:0"``."""
+    name = getattr(variable, "name", None) or str(variable)
+    return name[:-2] if name.endswith(":0") else name
+
+
+class ParameterInfo:
+    """What was created for one parameter; ``param`` is the variable the model uses."""
+
+    def __init__(self, param, shape, blob_copy=None, param_id=None, *, name=None, key=None, length=None, grad=None):
+        self.param = param
+        self.name = name if name is not None else variable_name(param)
+        self.shape = tuple(int(d) for d in shape) if shape is not None else None
+        self.size = None if self.shape is None else math.prod(self.shape)
+        self.blob_copy = _check_blob_copy(blob_copy, self.name)
+        self.param_id = param_id
+        self.key = key
+        self.length = max(1, length if length is not None else 1)
+        self.grad = grad
+
+    @property
+    def blob(self):
+        """Caffe2's name for ``param``."""
+        return self.param
+
+    @property
+    def dtype(self):
+        return tf.as_dtype(self.param.dtype)
+
+    def __str__(self):
+        return self.name
+
+    def __repr__(self):
+        copies = {tf.as_dtype(k).name: variable_name(v) for k, v in (self.blob_copy or {}).items()}
+        return (
+            f"ParameterInfo(name={self.name!r}, shape={self.shape}, dtype={self.dtype.name}, "
+            f"blob_copy={copies or None}, param_id={self.param_id!r})"
+        )
+
+
+def _check_blob_copy(blob_copy, name):
+    if blob_copy is None:
+        return None
+    if not isinstance(blob_copy, dict):
+        raise TypeError(
+            f"ParameterInfo {name!r}: blob_copy must be a dict mapping tf.DType -> variable, "
+            f"got {type(blob_copy).__name__}."
+        )
+    try:
+        return {tf.as_dtype(k): v for k, v in blob_copy.items()}
+    except TypeError as err:
+        raise TypeError(f"ParameterInfo {name!r}: blob_copy keys must be dtypes ({err}).") from None

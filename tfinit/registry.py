@@ -1,0 +1,56 @@
+"""Registry of Caffe2 fill operator names -> tfinit initializer classes.
+
+Kept apart from the classes so that lookups (``tfinit.get``, the initializer family,
+the Caffe2 importer) share one table and one error message for unknown names.
+"""
+
+import difflib
+import inspect
+
+_FILL_OPS = {}
+
+
+def register(cls):
+    """Class decorator: record ``cls`` under its class name (Caffe2's op name)."""
+    _FILL_OPS[cls.__name__] = cls
+    return cls
+
+
+def fill_ops():
+    """The Caffe2 fill operator names tfinit implements, sorted."""
+    return sorted(_FILL_OPS)
+
+
+def lookup(name):
+    """The class for a Caffe2 fill op name; ``ValueError`` listing close names."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"A fill operator name must be a string, got {type(name).__name__}: {name!r}."
+        )
+    try:
+        return _FILL_OPS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, _FILL_OPS, n=3, cutoff=0.5)
+        if not close:
+            close = [n for n in _FILL_OPS if n.lower() == name.lower()]
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"Unknown fill operator {name!r}.{hint} Known operators: {', '.join(fill_ops())}."
+        ) from None
+
+
+def build(name, kwargs=None):
+    """Instantiate fill op ``name`` with ``kwargs``, naming any unexpected argument."""
+    cls = lookup(name)
+    kwargs = dict(kwargs or {})
+    params = inspect.signature(cls.__init__).parameters
+    accepted = [p for p in params if p != "self"]
+    unknown = [k for k in kwargs if k not in accepted]
+    if unknown:
+        hints = {k: difflib.get_close_matches(k, accepted, n=1) for k in unknown}
+        hint = "".join(f" Did you mean {v[0]!r} for {k!r}?" for k, v in hints.items() if v)
+        raise TypeError(
+            f"{name}: unexpected argument(s) {', '.join(map(repr, unknown))}; "
+            f"{name} takes {', '.join(accepted) or 'no arguments'}.{hint}"
+        )
+    return cls(**kwargs)
