@@ -351,7 +351,8 @@ class GivenTensorFill(Fill):
                 f"{op}: argument `values` must hold numbers, got an array of {array.dtype}."
             )
         check_exact_cast(array, self.value_dtype, op)
-        self.values = array.astype(_numpy_dtype(self.value_dtype))
+        # No copy when the array already has the right dtype: large parameters stay single.
+        self.values = array.astype(_numpy_dtype(self.value_dtype), copy=False)
         self.shape = None
         if shape is not None:
             self.shape = _normalize_shape(shape, op)
