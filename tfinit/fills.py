@@ -613,7 +613,8 @@ class UniformIntFill(_IntegerFill):
         self.max = _check_int(max, self.op_name, "max")
         _check_min_max(self.min, self.max, self.op_name)
         super().__init__(seed, rng)
-        if rng == "caffe2" and self._draw_dtype() != "int32":
+        int32 = np.iinfo(np.int32)
+        if rng == "caffe2" and not int32.min <= self.min < self.max <= int32.max:
             raise ValueError(
                 f"{self.op_name}: Caffe2's UniformIntFill is int32, so rng='caffe2' needs "
                 f"min and max in the int32 range, got min={self.min}, max={self.max}."
