@@ -29,7 +29,8 @@ def _load(stem):
 
 CAFFE2_META, CAFFE2 = _load("caffe2_rng_cases")
 TORCH_META, TORCH = _load("torch_randint")
-INIT_NET_VALUES = dict(np.load(os.path.join(DATA, "caffe2_seeded_init_net.npz"), allow_pickle=False))
+with np.load(os.path.join(DATA, "caffe2_seeded_init_net.npz"), allow_pickle=False) as _net:
+    INIT_NET_VALUES = {k: _net[k] for k in _net.files}
 
 
 def _fill_for(op, seed, args, layout="caffe2"):
@@ -59,7 +60,9 @@ def test_fixtures_hold_the_shared_reference_samples():
     assert {"UniformFill_seed20262_7x5", "GaussianFill_seed20256_7x5"} <= names
 
 
-@pytest.mark.parametrize("case", CAFFE2_META["digests"], ids=lambda c: f"{c['op']}{c['args']['shape']}")
+@pytest.mark.parametrize(
+    "case", CAFFE2_META["digests"], ids=lambda c: f"{c['op']}{c['args']['shape']}"
+)
 def test_large_outputs_match_real_caffe2_digest(case):
     # 10**6-element outputs: exercises every float32 rounding step (and GaussianFill's
     # libm last bits) on far more values than the small fixtures.
@@ -72,13 +75,16 @@ def test_large_outputs_match_real_caffe2_digest(case):
 def test_whole_seeded_param_init_net_replays():
     # Ops without their own seed inherit the net's device_option.random_seed.
     net = CAFFE2_META["init_net"]
-    assert {op["type"] for op in net["ops"]} >= {"XavierFill", "MSRAFill", "GaussianFill", "UniformFill"}
+    random_ops = {"XavierFill", "MSRAFill", "GaussianFill", "UniformFill"}
+    assert {op["type"] for op in net["ops"]} >= random_ops
     for op in net["ops"]:
         args = dict(op["args"])
         if op["type"] == "ConstantFill":
-            out = tfinit.ConstantFill(**{k: v for k, v in args.items() if k != "shape"})(args["shape"])
+            value = {k: v for k, v in args.items() if k != "shape"}
+            out = tfinit.ConstantFill(**value)(args["shape"])
         else:
-            seed = op["op_random_seed"] if op["op_random_seed"] is not None else net["net_random_seed"]
+            seed = op["op_random_seed"]
+            seed = net["net_random_seed"] if seed is None else seed
             out = _fill_for(op["type"], seed, args)(args["shape"])
         assert_same_bits(out, INIT_NET_VALUES[op["output"]])
 
@@ -204,7 +210,8 @@ def test_other_dtypes_are_the_float32_values_cast():
     assert_same_bits(init((33,), dtype="float16"), values.astype(np.float16))
     assert_same_bits(init((33,), dtype="float64"), values.astype(np.float64))
     ints = tfinit.UniqueUniformFill(0, 99, seed=4, rng="caffe2")
-    assert_same_bits(ints((10,), dtype="int16"), keras.ops.convert_to_numpy(ints((10,))).astype(np.int16))
+    expected = keras.ops.convert_to_numpy(ints((10,))).astype(np.int16)
+    assert_same_bits(ints((10,), dtype="int16"), expected)
 
 
 # ---------------------------------------------------------------- config, default, errors
@@ -244,7 +251,9 @@ def test_default_rng_is_unchanged_keras():
 @pytest.mark.parametrize(
     "seed", [None, 1.0, True, "7", keras.random.SeedGenerator(1)], ids=repr
 )
-@pytest.mark.parametrize("cls", [tfinit.UniformFill, tfinit.GaussianFill, tfinit.XavierFill, tfinit.MSRAFill])
+@pytest.mark.parametrize(
+    "cls", [tfinit.UniformFill, tfinit.GaussianFill, tfinit.XavierFill, tfinit.MSRAFill]
+)
 def test_caffe2_rng_needs_an_int_seed(cls, seed):
     with pytest.raises(ValueError, match=rf"{cls.__name__}: rng='caffe2'.*`seed` must be an int"):
         cls(seed=seed, rng="caffe2")
