@@ -11,7 +11,7 @@ def test_ops_lists_every_fill_with_arguments_and_maths(capsys):
     out = capsys.readouterr().out
     for name in registry.fill_ops():
         assert f"{name}(" in out
-    assert "XavierFill(seed=None, layout='keras')" in out
+    assert "XavierFill(seed=None, layout='keras', rng='keras')" in out
     assert "sqrt(3 / fan_in)" in out and "uniform[min, max)" in out
 
 
