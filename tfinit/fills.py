@@ -508,13 +508,9 @@ class UniformFill(RandomFill):
         return {"min": self.min, "max": self.max, **super().get_config()}
 
 
-@_register
-class XavierFill(RandomFill):
-    """uniform(+-sqrt(3 / fan_in)), Caffe2's fan_in = numel // (output dim).
-
-    LeCun-uniform variance 1/fan_in (not Glorot's). ``layout="keras"`` reads the
-    output axis as the last one (Dense [in, out], Conv HWIO); ``"caffe2"`` as axis 0.
-    A 1-D shape has fan_in 1, so the limit is sqrt(3), as in Caffe2.
+class _FanScaledFill(RandomFill):
+    """XavierFill / MSRAFill: a Caffe2 fan rule read through ``layout`` gives the scale
+    ``sqrt(numerator / fan)``, computed in float32 as Caffe2 does.
 
     ``rng="caffe2"``: with ``layout="caffe2"``, Caffe2's array for this shape. With
     ``layout="keras"``, the same parameter in Keras layout: Caffe2's array for the
@@ -523,70 +519,80 @@ class XavierFill(RandomFill):
     OIHW ``.transpose(2, 3, 1, 0)``; 1-D shapes are the same in both layouts).
     """
 
-    formula = "x ~ uniform(-L, L), L = sqrt(3 / fan_in), fan_in = numel / shape[out axis]"
+    numerator = None
 
     def __init__(self, seed=None, layout="keras", rng="keras"):
         self.layout = _fans.check_layout(layout, self.op_name)
         super().__init__(seed, rng)
 
-    def _check_shape(self, shape):
-        _fans.xavier_fan_in(shape, self.layout, self.op_name)
+    @staticmethod
+    def fan(shape, layout, op_name):
+        raise NotImplementedError
 
-    def limit(self, shape):
-        """Caffe2's float32 limit ``sqrt(3 / fan_in)`` for ``shape``."""
-        fan_in = _fans.xavier_fan_in(_normalize_shape(shape, self.op_name), self.layout, self.op_name)
-        return float(np.sqrt(np.float32(3) / np.float32(fan_in), dtype=np.float32))
+    def _check_shape(self, shape):
+        self.fan(shape, self.layout, self.op_name)
+
+    def _scale(self, shape):
+        fan = self.fan(_normalize_shape(shape, self.op_name), self.layout, self.op_name)
+        return float(np.sqrt(np.float32(self.numerator) / np.float32(fan), dtype=np.float32))
 
     def _fill(self, shape, dtype):
         dtype = self._float_dtype(dtype)
-        limit = self.limit(shape)
+        scale = self._scale(shape)
         if self.rng == "caffe2":
-            return self._caffe2_tensor(
-                lambda n: _caffe2_rng.uniform(self.seed, n, -limit, limit),
-                shape,
-                dtype,
-                self.layout,
-            )
-        return keras.random.uniform(shape, minval=-limit, maxval=limit, dtype=dtype, seed=self.seed)
+            draw = lambda n: self._caffe2_draw(n, scale)  # noqa: E731
+            return self._caffe2_tensor(draw, shape, dtype, self.layout)
+        return self._keras_draw(shape, scale, dtype)
 
     def get_config(self):
         return {**super().get_config(), "layout": self.layout}
 
 
 @_register
-class MSRAFill(RandomFill):
+class XavierFill(_FanScaledFill):
+    """uniform(+-sqrt(3 / fan_in)), Caffe2's fan_in = numel // (output dim).
+
+    LeCun-uniform variance 1/fan_in (not Glorot's). ``layout="keras"`` reads the
+    output axis as the last one (Dense [in, out], Conv HWIO); ``"caffe2"`` as axis 0.
+    A 1-D shape has fan_in 1, so the limit is sqrt(3), as in Caffe2.
+    """
+
+    formula = "x ~ uniform(-L, L), L = sqrt(3 / fan_in), fan_in = numel / shape[out axis]"
+    numerator = 3
+    fan = staticmethod(_fans.xavier_fan_in)
+
+    def limit(self, shape):
+        """Caffe2's float32 limit ``sqrt(3 / fan_in)`` for ``shape``."""
+        return self._scale(shape)
+
+    def _caffe2_draw(self, count, limit):
+        return _caffe2_rng.uniform(self.seed, count, -limit, limit)
+
+    def _keras_draw(self, shape, limit, dtype):
+        return keras.random.uniform(shape, minval=-limit, maxval=limit, dtype=dtype, seed=self.seed)
+
+
+@_register
+class MSRAFill(_FanScaledFill):
     """normal(0, sqrt(2 / fan_out)), Caffe2's fan_out = numel // (input dim).
 
     He initialization scaled by the *output* size, as Caffe2 does. ``layout="keras"``
     reads the input axis as the one before last; ``"caffe2"`` as axis 1. Needs >= 2-D.
-    ``rng="caffe2"`` moves Caffe2's values between layouts as XavierFill does.
     """
 
     formula = "x ~ normal(0, sqrt(2 / fan_out)), fan_out = numel / shape[in axis]"
-
-    def __init__(self, seed=None, layout="keras", rng="keras"):
-        self.layout = _fans.check_layout(layout, self.op_name)
-        super().__init__(seed, rng)
-
-    def _check_shape(self, shape):
-        _fans.msra_fan_out(shape, self.layout, self.op_name)
+    numerator = 2
+    fan = staticmethod(_fans.msra_fan_out)
 
     def std(self, shape):
         """Caffe2's float32 std ``sqrt(2 / fan_out)`` for ``shape``."""
-        fan_out = _fans.msra_fan_out(_normalize_shape(shape, self.op_name), self.layout, self.op_name)
-        return float(np.sqrt(np.float32(2) / np.float32(fan_out), dtype=np.float32))
+        return self._scale(shape)
 
-    def _fill(self, shape, dtype):
-        dtype = self._float_dtype(dtype)
-        if self.rng == "caffe2":
-            std = self.std(shape)
-            return self._caffe2_tensor(
-                lambda n: _caffe2_rng.gaussian(self.seed, n, 0.0, std), shape, dtype, self.layout
-            )
-        return keras.random.normal(shape, mean=0.0, stddev=self.std(shape), dtype=dtype, seed=self.seed)
+    def _caffe2_draw(self, count, std):
+        return _caffe2_rng.gaussian(self.seed, count, 0.0, std)
 
-    def get_config(self):
-        return {**super().get_config(), "layout": self.layout}
+    def _keras_draw(self, shape, std, dtype):
+        return keras.random.normal(shape, mean=0.0, stddev=std, dtype=dtype, seed=self.seed)
 
 
 class _IntegerFill(RandomFill):
