@@ -389,8 +389,9 @@ def update_initializer(initializer_class, operator_name_and_kwargs,
 
     Caffe2's four cases: the class (``Initializer`` when None) is built with
     ``operator_name_and_kwargs``, or with the default when that is None. The class must be
-    a class, not an instance, and cannot be ``ExternalInitializer`` (it takes no operator;
-    Caffe2 fails with ``TypeError`` too).
+    a class or factory (``functools.partial(PseudoFP16Initializer, compute_dtype=...)``),
+    not an instance, and cannot be ``ExternalInitializer`` (it takes no operator; Caffe2
+    fails with ``TypeError`` too).
     """
     args = operator_name_and_kwargs or default_operator_name_and_kwargs
     if (not isinstance(args, (tuple, list)) or len(args) != 2 or not isinstance(args[0], str)
@@ -401,13 +402,14 @@ def update_initializer(initializer_class, operator_name_and_kwargs,
         )
     if initializer_class is None:
         initializer_class = Initializer
-    if not isinstance(initializer_class, type):
+    if isinstance(initializer_class, (Initializer, ExternalInitializer)) or not callable(
+            initializer_class):
         raise TypeError(
             f"update_initializer: initializer_class must be a class (brew's "
-            f"WeightInitializer=Initializer), got an instance of "
+            f"WeightInitializer=Initializer) or a factory, got an instance of "
             f"{type(initializer_class).__name__}; pass instances to create_param directly."
         )
-    if issubclass(initializer_class, ExternalInitializer):
+    if isinstance(initializer_class, type) and issubclass(initializer_class, ExternalInitializer):
         raise TypeError(
             "update_initializer: ExternalInitializer takes no fill operator (Caffe2: "
             "'ExternalInitializer() takes no arguments'); pass ExternalInitializer(source) "
