@@ -32,7 +32,8 @@ from tfinit.initializers import create_master_copy_pair  # noqa: E402
 def brew_fc(init_net, name, dim_in, dim_out, weight_init=None, bias_init=None,
             WeightInitializer=None, BiasInitializer=None, external=None):  # noqa: N803
     """What brew.fc does with initializers (Caffe2 layout: weight [out, in])."""
-    w_init = update_initializer(WeightInitializer, weight_init, ("XavierFill", {"layout": "caffe2"}))
+    xavier = ("XavierFill", {"layout": "caffe2"})
+    w_init = update_initializer(WeightInitializer, weight_init, xavier)
     b_init = update_initializer(BiasInitializer, bias_init, ("ConstantFill", {}))
     if external is not None:  # ModelHelper(init_params=False)
         w_init = b_init = external

@@ -1,4 +1,4 @@
-"""tfinit.sources: where ExternalInitializer finds values (mapping, .npz, TF checkpoint, init_net)."""
+"""tfinit.sources: where ExternalInitializer finds values (mapping, npz, checkpoint, init_net)."""
 
 import os
 import sys

@@ -116,7 +116,7 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
     ``value`` (array, tensor or zero-argument callable) is made float32 and becomes the
     master; the copy is ``cast(master, compute_dtype)``, rounded to nearest even as Caffe2's
     FloatToHalf, so ``copy == cast(master)`` exactly. A value the copy cannot hold (beyond
-    float16's range) is a ``ValueError``, not a silent inf.
+    float16's range) is a ``ValueError``, not a silent inf (checked when running eagerly).
 
     - ``mode="pseudo_fp16"`` (PseudoFP16Initializer): primary ``name`` is the 16-bit copy,
       ``blob_copy = {tf.float32: <name>_fp32}``.

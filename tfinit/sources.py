@@ -166,7 +166,9 @@ class CheckpointSource(Source):
             try:
                 self._reader = tf.train.load_checkpoint(prefix)
             except (ValueError, tf.errors.OpError) as err:
-                raise ValueError(f"Cannot read TensorFlow checkpoint {self.path!r} ({err}).") from None
+                raise ValueError(
+                    f"Cannot read TensorFlow checkpoint {self.path!r} ({err})."
+                ) from None
             self.path = prefix
         self._keys = sorted(
             k for k in self._reader.get_variable_to_shape_map() if k != _OBJECT_GRAPH_KEY
