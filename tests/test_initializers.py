@@ -439,3 +439,22 @@ def test_external_source_errors_surface_at_construction(tmp_path):
     with pytest.raises(TypeError, match="source must be"):
         ExternalInitializer(3.5)
     assert "a mapping of 0 arrays" in repr(ExternalInitializer({}))
+
+
+def test_keras_layer_as_init_net_is_refused_not_silently_unsaved():
+    layer = keras.layers.Dense(2)
+    with pytest.raises(TypeError, match="Keras Dense.*tracks only keras.Variables.*tf.Module"):
+        Initializer("ConstantFill").create_param(param_name="x", shape=[1], init_net=layer)
+    assert not hasattr(layer, "tfinit_params")
+
+
+def test_tf_train_checkpoint_as_init_net_and_dict_init_net(tmp_path):
+    ckpt = tf.train.Checkpoint()
+    ReversePseudoFP16Initializer("ConstantFill", value=0.5).create_param(
+        param_name="w", shape=[2], init_net=ckpt)
+    prefix = ckpt.save(str(tmp_path / "ck"))
+    keys = {k for k, _ in tf.train.list_variables(prefix)}
+    assert "tfinit_params/w_fp16/.ATTRIBUTES/VARIABLE_VALUE" in keys
+    params = {}
+    info = Initializer("ConstantFill").create_param(param_name="b", shape=[2], init_net=params)
+    assert params == {"b": info.param}

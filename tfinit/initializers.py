@@ -12,7 +12,9 @@ save them: a ``tf.Module`` (or any other TensorFlow trackable, e.g. ``tf.train.C
 gets them in its dict attribute ``tfinit_params`` (name -> variable; checkpoint keys
 ``<path>/tfinit_params/<name>/.ATTRIBUTES/VARIABLE_VALUE``); a ``dict`` gets them as items.
 Every variable of a parameter is tracked: ``P`` and its ``P_fp32``/``P_fp16``/``P_bf16``.
-Creating a name twice in one ``init_net`` is a ``ValueError``.
+Creating a name twice in one ``init_net`` is a ``ValueError``. A Keras layer or model is
+refused as ``init_net`` (``TypeError``): it tracks only ``keras.Variable``s, so its
+checkpoints would silently miss the variables.
 
 Without a seed in the operator's arguments, every ``create_param`` draws new values, as
 each Caffe2 fill operator without a seed did; with a seed, values repeat. Used as a Keras
@@ -60,6 +62,12 @@ def _check_shape(shape, who):
 def _check_init_net(init_net, who):
     if init_net is None or isinstance(init_net, MutableMapping):
         return
+    if isinstance(init_net, keras.layers.Layer):
+        raise TypeError(
+            f"{who}.create_param: init_net is a Keras {type(init_net).__name__}, which tracks "
+            f"only keras.Variables, so its checkpoints would silently miss these variables. "
+            f"Pass a tf.Module (or a dict), or create Keras weights with add_weight."
+        )
     if not isinstance(init_net, tf.__internal__.tracking.AutoTrackable):
         raise TypeError(
             f"{who}.create_param: init_net must be None, a tf.Module (or another TensorFlow "
@@ -78,6 +86,11 @@ def track(init_net, info):
         if getattr(init_net, TRACKING_ATTRIBUTE, None) is None:
             setattr(init_net, TRACKING_ATTRIBUTE, {})
         store = getattr(init_net, TRACKING_ATTRIBUTE)
+        if not isinstance(store, tf.__internal__.tracking.Trackable):
+            raise TypeError(
+                f"init_net {type(init_net).__name__}.{TRACKING_ATTRIBUTE} is a "
+                f"{type(store).__name__}, which TensorFlow checkpoints do not track."
+            )
     names = [variable_name(v) for v in variables]
     taken = [n for n in names if n in store]
     if taken:
