@@ -78,6 +78,17 @@ def test_npz_object_array_is_refused_without_unpickling(tmp_path):
         src.get("bad")
 
 
+def test_npz_bfloat16_saved_as_raw_bytes_is_refused(tmp_path):
+    import ml_dtypes
+
+    path = tmp_path / "bf16.npz"
+    np.savez(path, w=np.array([1.5], ml_dtypes.bfloat16))  # numpy records it as |V2
+    with pytest.raises(TypeError, match="'w'.*raw \\|V2 records.*float32"):
+        sources.open_source(path).get("w")
+    # In memory, bfloat16 arrays are numbers and pass.
+    assert sources.MappingSource({"w": np.ones(1, ml_dtypes.bfloat16)}).get("w").dtype.kind == "V"
+
+
 def test_npz_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.npz"):
         sources.open_source(str(tmp_path / "missing.npz"))

@@ -72,6 +72,11 @@ class Source:
 def _as_array(value, name, where):
     """``value`` as a numpy array without copying arrays; object arrays refused."""
     array = np.asarray(value)
+    if array.dtype.type is np.void:
+        raise TypeError(
+            f"Parameter {name!r} in {where} holds raw {array.dtype} records, not numbers "
+            f"(.npz files store bfloat16 this way); save it as float32 instead."
+        )
     if array.dtype.kind not in "biufcV":
         raise TypeError(
             f"Parameter {name!r} in {where} is an array of {array.dtype}; parameters must "
