@@ -123,12 +123,16 @@ class NpzSource(Source):
             raise ValueError(f"{self.path!r} is not a readable .npz file ({err}).") from None
         if not isinstance(self._npz, np.lib.npyio.NpzFile):
             raise ValueError(f"{self.path!r} holds a single .npy array, not an .npz archive.")
+        self._files = frozenset(self._npz.files)
 
     def __str__(self):
         return f".npz file {self.path!r}"
 
     def names(self):
         return sorted(self._npz.files)
+
+    def _name_set(self):
+        return self._files
 
     def _get(self, name):
         try:
