@@ -236,11 +236,26 @@ def test_create_param_argument_errors():
         Initializer()((2,))
 
 
-def test_duplicate_name_in_one_init_net_is_refused():
+def test_duplicate_name_in_one_init_net_is_refused_before_creating(monkeypatch):
     net = tf.Module()
     Initializer("ConstantFill").create_param(param_name="w", shape=[1], init_net=net)
+    PseudoFP16Initializer("ConstantFill").create_param(param_name="p", shape=[1], init_net=net)
+    with tf.name_scope("s"):
+        Initializer("ConstantFill").create_param(param_name="w", shape=[1], init_net=net)
+    assert sorted(net.tfinit_params) == ["p", "p_fp32", "s/w", "w"]
+    created = []
+    monkeypatch.setattr(tf, "Variable", lambda *a, **k: created.append(k))
     with pytest.raises(ValueError, match="already holds a variable named 'w'"):
         Initializer("ConstantFill", value=1.0).create_param(param_name="w", shape=[1], init_net=net)
+    with pytest.raises(ValueError, match="named 'p_fp32'"):
+        ReversePseudoFP16Initializer("ConstantFill").create_param(
+            param_name="p_fp32", shape=[1], init_net=net)
+    with pytest.raises(ValueError, match="named 'w'"):
+        ExternalInitializer({"w": np.ones(1)}).create_param(param_name="w", shape=[1], init_net=net)
+    with tf.name_scope("s"), pytest.raises(ValueError, match="named 's/w'"):
+        Initializer("ConstantFill").create_param(param_name="w", shape=[1], init_net=net)
+    assert created == []
+    monkeypatch.undo()
     assert net.tfinit_params["w"].numpy().tolist() == [0.0]
 
 

@@ -75,30 +75,47 @@ def _check_init_net(init_net, who):
         )
 
 
-def track(init_net, info):
-    """Record every variable of ``info`` in ``init_net`` (see the module docstring)."""
-    if init_net is None:
-        return
-    variables = info.variables
+def _store(init_net, create=False):
+    """The name -> variable container of ``init_net`` (None if it has none yet)."""
     if isinstance(init_net, MutableMapping):
-        store = init_net
-    else:
-        if getattr(init_net, TRACKING_ATTRIBUTE, None) is None:
-            setattr(init_net, TRACKING_ATTRIBUTE, {})
-        store = getattr(init_net, TRACKING_ATTRIBUTE)
-        if not isinstance(store, tf.__internal__.tracking.Trackable):
-            raise TypeError(
-                f"init_net {type(init_net).__name__}.{TRACKING_ATTRIBUTE} is a "
-                f"{type(store).__name__}, which TensorFlow checkpoints do not track."
-            )
-    names = [variable_name(v) for v in variables]
-    taken = [n for n in names if n in store]
+        return init_net
+    if getattr(init_net, TRACKING_ATTRIBUTE, None) is None:
+        if not create:
+            return None
+        setattr(init_net, TRACKING_ATTRIBUTE, {})
+    store = getattr(init_net, TRACKING_ATTRIBUTE)
+    if not isinstance(store, tf.__internal__.tracking.Trackable):
+        raise TypeError(
+            f"init_net {type(init_net).__name__}.{TRACKING_ATTRIBUTE} is a "
+            f"{type(store).__name__}, which TensorFlow checkpoints do not track."
+        )
+    return store
+
+
+def _check_names_free(init_net, names):
+    store = None if init_net is None else _store(init_net)
+    taken = [n for n in names if store is not None and n in store]
     if taken:
         raise ValueError(
             f"init_net already holds a variable named {taken[0]!r}; parameter names must be "
             f"unique within one init_net."
         )
-    for name, variable in zip(names, variables):
+
+
+def _scoped(names):
+    """``names`` as the variables will be named inside the current ``tf.name_scope``."""
+    scope = tf.get_current_name_scope()
+    return [f"{scope}/{n}" if scope else n for n in names]
+
+
+def track(init_net, info):
+    """Record every variable of ``info`` in ``init_net`` (see the module docstring)."""
+    if init_net is None:
+        return
+    names = [variable_name(v) for v in info.variables]
+    _check_names_free(init_net, names)
+    store = _store(init_net, create=True)
+    for name, variable in zip(names, info.variables):
         store[name] = variable
 
 
@@ -256,9 +273,14 @@ class Initializer(keras.initializers.Initializer):
         param_name = _check_param_name(param_name, who)
         shape = _check_shape(shape, who)
         _check_init_net(init_net, who)
+        _check_names_free(init_net, _scoped(self._variable_names(param_name)))
         info = self._create(param_name, shape, dtype, trainable)
         track(init_net, info)
         return info
+
+    def _variable_names(self, param_name):
+        """The names of the variables ``create_param`` makes for ``param_name``."""
+        return [param_name]
 
     def _create(self, name, shape, dtype, trainable):
         value = self._fill_for_param()(shape, dtype)
@@ -285,6 +307,10 @@ class _FP16PairInitializer(Initializer):
     def __init__(self, operator_name=None, compute_dtype="float16", **kwargs):
         self.compute_dtype = _check_compute_dtype(compute_dtype, type(self).__name__)
         super().__init__(operator_name, **kwargs)
+
+    def _variable_names(self, param_name):
+        return [param_name, param_name + SUFFIXES[
+            tf.float32 if self.mode == "pseudo_fp16" else self.compute_dtype]]
 
     @property
     def primary_dtype(self):
@@ -372,6 +398,7 @@ class ExternalInitializer:
         param_name = _check_param_name(param_name, who)
         shape = _check_shape(shape, who)
         _check_init_net(init_net, who)
+        _check_names_free(init_net, _scoped([param_name]))
         value = self.source.get(param_name)
         if tuple(value.shape) != shape:
             hint = ""
