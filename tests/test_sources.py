@@ -149,6 +149,22 @@ def test_checkpoint_opened_from_directory_index_file_and_reader(checkpoint):
         np.testing.assert_array_equal(src.get("half"), np.array([1, 2], np.float16))
 
 
+def test_checkpoint_values_are_tensors_from_path_and_arrays_from_reader(checkpoint):
+    _, prefix = checkpoint
+    value = sources.open_source(prefix).get("half")
+    assert isinstance(value, tf.Tensor) and value.dtype == tf.float16 and value.shape == (2,)
+    value = sources.open_source(tf.train.load_checkpoint(prefix)).get("half")
+    assert isinstance(value, np.ndarray) and value.dtype == np.float16
+
+
+def test_checkpoint_string_values_are_refused(tmp_path):
+    m = tf.Module()
+    m.s = tf.Variable(["a", "b"], name="words")
+    prefix = tf.train.Checkpoint(m=m).save(str(tmp_path / "ck"))
+    with pytest.raises(TypeError, match="'words'.*holds string values"):
+        sources.open_source(prefix).get("words")
+
+
 def test_checkpoint_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="No TensorFlow checkpoint"):
         sources.CheckpointSource(str(tmp_path))
