@@ -402,6 +402,8 @@ def test_pseudo_fp16_as_keras_initializer_gives_cast_fp32_draw():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(init((4, 4), "float32")), reference)
     with pytest.raises(ValueError, match="refusing integer dtype"):
         init((2,), "int32")
+    with pytest.raises(ValueError, match="refusing non-float dtype bool"):
+        init((2,), "bool")
 
 
 # ---------------------------------------------------------------- ExternalInitializer

@@ -333,8 +333,9 @@ class _FP16PairInitializer(Initializer):
         except TypeError:
             raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.") from None
         if not asked.is_floating:
+            kind = "integer" if asked.is_integer else "non-float"
             raise ValueError(
-                f"{type(self).__name__}: refusing integer dtype {asked.name}; only floating "
+                f"{type(self).__name__}: refusing {kind} dtype {asked.name}; only floating "
                 f"parameters get an fp32 master and a 16-bit copy. Use Initializer instead."
             )
         return asked
