@@ -23,5 +23,13 @@ from tfinit.fills import (
     XavierFill,
     get,
 )
+from tfinit.parameter_info import ParameterInfo
+from tfinit.initializers import (
+    ExternalInitializer,
+    Initializer,
+    PseudoFP16Initializer,
+    ReversePseudoFP16Initializer,
+    update_initializer,
+)
 
 __version__ = "0.1.0"

@@ -41,6 +41,11 @@ class ParameterInfo:
     def dtype(self):
         return tf.as_dtype(self.param.dtype)
 
+    @property
+    def variables(self):
+        """``param`` followed by its copies in ``blob_copy`` (every variable to save)."""
+        return [self.param, *(self.blob_copy or {}).values()]
+
     def __str__(self):
         return self.name
 
