@@ -1,0 +1,21 @@
+"""Caffe2 models without Caffe2: read NetDefs, replay init nets, load into Keras.
+
+``read_netdef`` decodes ``init_net.pb`` / ``predict_net.pb``; ``fill`` runs one Caffe2
+fill operator and ``load_init_net`` replays an init net, both on tfinit's fills;
+``load_into_keras`` assigns Caffe2 parameters to Keras layers (layout converted) and
+``to_keras`` builds a Keras model from a predict net.
+"""
+
+from tfinit.caffe2._netdef import DeviceOption, NetDef, Operator, read_netdef
+from tfinit.caffe2._fill import DATA_TYPES, fill, load_init_net, supported_ops
+
+__all__ = [
+    "DATA_TYPES",
+    "DeviceOption",
+    "NetDef",
+    "Operator",
+    "fill",
+    "load_init_net",
+    "read_netdef",
+    "supported_ops",
+]
