@@ -8,14 +8,19 @@ fill operator and ``load_init_net`` replays an init net, both on tfinit's fills;
 
 from tfinit.caffe2._netdef import DeviceOption, NetDef, Operator, read_netdef
 from tfinit.caffe2._fill import DATA_TYPES, fill, load_init_net, supported_ops
+from tfinit.caffe2._keras import LoadReport, load_into_keras
+from tfinit.caffe2._to_keras import to_keras
 
 __all__ = [
     "DATA_TYPES",
     "DeviceOption",
+    "LoadReport",
     "NetDef",
     "Operator",
     "fill",
     "load_init_net",
+    "load_into_keras",
     "read_netdef",
     "supported_ops",
+    "to_keras",
 ]
