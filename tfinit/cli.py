@@ -25,6 +25,19 @@ def _ops(args):
     return 0
 
 
+def _inspect(args):
+    from tfinit.caffe2 import _cli
+
+    return _cli.inspect(args.file, seed=args.seed, error=_UsageError)
+
+
+def _convert(args):
+    from tfinit.caffe2 import _cli
+
+    return _cli.convert(args.init_net, args.predict_net, args.output, args.input_shape,
+                        error=_UsageError)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="tfinit",
@@ -33,6 +46,17 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     ops = commands.add_parser("ops", help="list every Caffe2 fill operator with its arguments and maths")
     ops.set_defaults(run=_ops)
+    inspect_ = commands.add_parser("inspect", help="list the ops and blobs of a Caffe2 NetDef .pb")
+    inspect_.add_argument("file", help="init_net.pb / predict_net.pb (or .pbtxt)")
+    inspect_.add_argument("--seed", type=int, default=None, help="seed for random fills")
+    inspect_.set_defaults(run=_inspect)
+    convert = commands.add_parser("convert", help="Caffe2 init_net + predict_net -> .keras")
+    convert.add_argument("init_net")
+    convert.add_argument("predict_net")
+    convert.add_argument("output", help="the .keras file to write")
+    convert.add_argument("--input-shape", required=True,
+                         help="Caffe2's per-example input shape, e.g. 3,224,224 (C,H,W)")
+    convert.set_defaults(run=_convert)
     return parser
 
 
