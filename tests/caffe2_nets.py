@@ -1,0 +1,135 @@
+"""Small Caffe2 nets written in the tests, and a numpy re-computation of Caffe2's ops.
+
+The numpy functions follow FACTS.md ("A numpy re-computation matches Caffe2"): FC
+``x @ W.T + b`` flattening C,H,W; Conv OIHW cross-correlation with explicit pads;
+SpatialBN test mode ``(x - rm) / sqrt(riv + eps) * s + b``; pooling with floor output
+sizes, padded cells ignored.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from tfinit.caffe2._netdef import NetDef, Operator
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+MODELS = SHARED / "reference" / "caffe2" / "models"
+
+
+def models_dir():
+    """The shared Caffe2 models folder; a missing one fails the test (never skips)."""
+    assert MODELS.is_dir(), (
+        f"Caffe2 reference models not found at {MODELS}: the shared/ folder must sit "
+        "beside the repository (CI puts it there)."
+    )
+    return MODELS
+
+
+def given_tensor_init_net(params):
+    """An init net in model-zoo style: one GivenTensorFill per parameter."""
+    return NetDef(name="init", ops=[
+        Operator("GivenTensorFill", (), (name,),
+                 {"shape": [int(d) for d in value.shape],
+                  "values": value.astype(np.float32).reshape(-1)})
+        for name, value in params.items()
+    ])
+
+
+def cnn(seed=0, conv_pad=1, pool_pad=0):
+    """FACTS.md's CNN: conv 3->4 k3, spatial_bn, relu, max_pool 2/2, fc 64->5, softmax."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "conv1_w": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32),
+        "conv1_b": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "bn1_s": rng.uniform(0.5, 1.5, (4,)).astype(np.float32),
+        "bn1_b": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "bn1_rm": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "bn1_riv": rng.uniform(0.5, 2.0, (4,)).astype(np.float32),
+    }
+    size = 8 + 2 * conv_pad - 2
+    size = (size + 2 * pool_pad - 2) // 2 + 1
+    params["fc_w"] = rng.normal(0, 0.3, (5, 4 * size * size)).astype(np.float32)
+    params["fc_b"] = rng.normal(0, 0.3, (5,)).astype(np.float32)
+    nchw = {"order": "NCHW"}
+    predict = NetDef(name="cnn", ops=[
+        Operator("Conv", ("data", "conv1_w", "conv1_b"), ("conv1",),
+                 {"kernel": 3, "pad": conv_pad, "stride": 1, **nchw}, engine="CUDNN"),
+        Operator("SpatialBN", ("conv1", "bn1_s", "bn1_b", "bn1_rm", "bn1_riv"), ("bn1",),
+                 {"is_test": 1, "epsilon": 1e-3, **nchw}),
+        Operator("Relu", ("bn1",), ("bn1",), nchw),  # in place, as brew writes it
+        Operator("MaxPool", ("bn1",), ("pool1",), {"kernel": 2, "stride": 2, "pad": pool_pad,
+                                                   **nchw}),
+        Operator("FC", ("pool1", "fc_w", "fc_b"), ("fc",), nchw),
+        Operator("Softmax", ("fc",), ("prob",), nchw),
+    ], external_input=["data", *params], external_output=["prob"])
+    return predict, params
+
+
+# ---------------------------------------------------------------- numpy Caffe2
+
+
+def fc(x, w, b):
+    return x.reshape(len(x), -1) @ w.T + b
+
+
+def conv(x, w, b=None, stride=(1, 1), pads=(0, 0, 0, 0), group=1):
+    """Caffe2 NCHW conv: pads (top, left, bottom, right)."""
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    n, c, h, wd = x.shape
+    o, ig, kh, kw = w.shape
+    oh, ow = (h - kh) // stride[0] + 1, (wd - kw) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow), np.float64)
+    per_group = o // group
+    for g in range(group):
+        xs = x[:, g * ig:(g + 1) * ig]
+        ws = w[g * per_group:(g + 1) * per_group]
+        for i in range(oh):
+            for j in range(ow):
+                patch = xs[:, :, i * stride[0]:i * stride[0] + kh, j * stride[1]:j * stride[1] + kw]
+                out[:, g * per_group:(g + 1) * per_group, i, j] = np.einsum(
+                    "nchw,ochw->no", patch, ws)
+    if b is not None:
+        out += b[None, :, None, None]
+    return out.astype(np.float32)
+
+
+def spatial_bn(x, s, b, rm, riv, eps):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return ((x - rm.reshape(shape)) / np.sqrt(riv.reshape(shape) + eps) * s.reshape(shape)
+            + b.reshape(shape)).astype(np.float32)
+
+
+def pool(x, kernel, stride, pads=(0, 0, 0, 0), mode="max"):
+    """Caffe2 pooling: floor output size; padded cells ignored (max and average)."""
+    n, c, h, w = x.shape
+    oh = (h + pads[0] + pads[2] - kernel[0]) // stride[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // stride[1] + 1
+    out = np.zeros((n, c, oh, ow), np.float32)
+    for i in range(oh):
+        for j in range(ow):
+            top, left = i * stride[0] - pads[0], j * stride[1] - pads[1]
+            window = x[:, :, max(top, 0):min(top + kernel[0], h),
+                       max(left, 0):min(left + kernel[1], w)]
+            out[:, :, i, j] = window.max(axis=(2, 3)) if mode == "max" else window.mean(
+                axis=(2, 3))
+    return out
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def cnn_forward(x, p, conv_pad=1, pool_pad=0):
+    """Every blob of :func:`cnn`'s net, in Caffe2 layout."""
+    blobs = {"conv1": conv(x, p["conv1_w"], p["conv1_b"], pads=(conv_pad,) * 4)}
+    blobs["bn1"] = relu(spatial_bn(blobs["conv1"], p["bn1_s"], p["bn1_b"], p["bn1_rm"],
+                                   p["bn1_riv"], 1e-3))
+    blobs["pool1"] = pool(blobs["bn1"], (2, 2), (2, 2), (pool_pad,) * 4)
+    blobs["fc"] = fc(blobs["pool1"], p["fc_w"], p["fc_b"])
+    blobs["prob"] = softmax(blobs["fc"])
+    return blobs
