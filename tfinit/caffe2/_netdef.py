@@ -173,10 +173,11 @@ class NetDef:
 def read_netdef(source):
     """A :class:`NetDef` from a ``.pb`` path, ``.pbtxt`` path, bytes, or a NetDef.
 
-    Malformed input (truncated, corrupted, not a NetDef) raises ``ValueError``.
+    Malformed input (truncated, corrupted, not a NetDef) raises ``ValueError``. A NetDef
+    built in Python comes back with its arguments typed as Caffe2 stores them.
     """
     if isinstance(source, NetDef):
-        return source
+        return _decode_net(_encode_net(source))
     text = False
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
