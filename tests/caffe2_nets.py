@@ -133,3 +133,50 @@ def cnn_forward(x, p, conv_pad=1, pool_pad=0):
     blobs["fc"] = fc(blobs["pool1"], p["fc_w"], p["fc_b"])
     blobs["prob"] = softmax(blobs["fc"])
     return blobs
+
+
+def branchy(seed=0):
+    """A net using the rest of to_keras's ops: strided/asymmetric/grouped convs, Tanh,
+    Sigmoid, Concat, padded AveragePool, Sum, Dropout, Flatten, FC, Reshape, global pool."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "a_w": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32),
+        "a_b": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "b_w": rng.normal(0, 0.3, (6, 1, 3, 3)).astype(np.float32),
+        "fc_w": rng.normal(0, 0.3, (6, 160)).astype(np.float32),
+        "fc_b": rng.normal(0, 0.3, (6,)).astype(np.float32),
+    }
+    predict = NetDef(name="branchy", ops=[
+        Operator("Conv", ("data", "a_w", "a_b"), ("conv_a",),
+                 {"kernel_h": 3, "kernel_w": 3, "stride": 2, "pad_t": 1, "pad_l": 0,
+                  "pad_b": 0, "pad_r": 1}),
+        Operator("Conv", ("data", "b_w"), ("conv_b",),
+                 {"kernels": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "group": 3}),
+        Operator("Tanh", ("conv_a",), ("tanh_a",)),
+        Operator("Sigmoid", ("conv_b",), ("sig_b",)),
+        Operator("Concat", ("tanh_a", "sig_b"), ("cat", "cat_split_info"), {"axis": 1}),
+        Operator("AveragePool", ("cat",), ("avg",), {"kernel": 3, "stride": 1, "pad": 1}),
+        Operator("Sum", ("avg", "cat"), ("sum",)),
+        Operator("MaxPool", ("sum",), ("gmax",), {"global_pooling": 1}),
+        Operator("Dropout", ("sum",), ("drop",), {"ratio": 0.3, "is_test": 1}),
+        Operator("Flatten", ("drop",), ("flat",)),
+        Operator("FC", ("flat", "fc_w", "fc_b"), ("fc",)),
+        Operator("Reshape", ("fc",), ("resh", "old_shape"), {"shape": [0, 2, 3]}),
+    ], external_input=["data", *params], external_output=["resh", "gmax"])
+    return predict, params
+
+
+def branchy_forward(x, p):
+    blobs = {"conv_a": conv(x, p["a_w"], p["a_b"], stride=(2, 2), pads=(1, 0, 0, 1))}
+    blobs["conv_b"] = conv(x, p["b_w"], stride=(2, 2), pads=(1, 1, 1, 1), group=3)
+    blobs["tanh_a"] = np.tanh(blobs["conv_a"])
+    blobs["sig_b"] = 1 / (1 + np.exp(-blobs["conv_b"]))
+    blobs["cat"] = np.concatenate([blobs["tanh_a"], blobs["sig_b"]], axis=1)
+    blobs["avg"] = pool(blobs["cat"], (3, 3), (1, 1), (1, 1, 1, 1), mode="avg")
+    blobs["sum"] = blobs["avg"] + blobs["cat"]
+    blobs["gmax"] = blobs["sum"].max(axis=(2, 3), keepdims=True)
+    blobs["drop"] = blobs["sum"]
+    blobs["flat"] = blobs["drop"].reshape(len(x), -1)
+    blobs["fc"] = fc(blobs["flat"], p["fc_w"], p["fc_b"])
+    blobs["resh"] = blobs["fc"].reshape(len(x), 2, 3)
+    return blobs
