@@ -1,0 +1,109 @@
+"""tfinit.caffe2.to_keras: Keras models from Caffe2 predict nets, checked blob by blob."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import caffe2_nets as nets  # noqa: E402
+from tfinit.caffe2 import NetDef, Operator, read_netdef, to_keras  # noqa: E402
+
+MLP_BLOBS = ["fc1", "relu1", "fc2", "relu2", "fc3", "prob"]
+
+
+def _close(actual, expected):
+    np.testing.assert_allclose(np.asarray(actual), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_reproduces_caffe2s_outputs_and_every_intermediate_blob():
+    models = nets.models_dir()
+    ref = np.load(models / "mlp_forward.npz", allow_pickle=False)
+    model = to_keras(models / "mlp_predict_net.pb", models / "mlp_init_net.pb", (10,))
+    _close(model(ref["input/data"]), ref["blob/prob"])
+    full = to_keras(read_netdef(models / "mlp_predict_net.pb"),
+                    models.joinpath("mlp_init_net.pb").read_bytes(), (10,), outputs=MLP_BLOBS)
+    for name, out in zip(MLP_BLOBS, full(ref["input/data"])):
+        _close(out, ref[f"blob/{name}"])
+    assert [layer.name for layer in full.layers if isinstance(layer, keras.layers.Dense)] == [
+        "fc1", "fc2", "fc3"]
+
+
+def test_cnn_in_nchw_matches_numpy_caffe2_blob_by_blob():
+    predict, params = nets.cnn()
+    x = np.random.default_rng(1).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    ref = nets.cnn_forward(x, params)
+    init = nets.given_tensor_init_net(params).to_bytes()
+    blobs = ["conv1", "bn1", "pool1", "fc", "prob"]
+    model = to_keras(predict.to_bytes(), init, (3, 8, 8), outputs=blobs)
+    assert model.input_shape == (None, 3, 8, 8)
+    for name, out in zip(blobs, model(x)):
+        assert out.shape == ref[name].shape, name
+        _close(out, ref[name])
+    bn = model.get_layer("bn1")
+    assert bn.epsilon == pytest.approx(1e-3)
+
+
+def test_padded_pooling_and_the_remaining_ops_match_numpy_caffe2():
+    predict, params = nets.branchy()
+    x = np.random.default_rng(2).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    ref = nets.branchy_forward(x, params)
+    blobs = ["conv_a", "conv_b", "tanh_a", "sig_b", "cat", "avg", "sum", "gmax", "drop",
+             "flat", "fc", "resh"]
+    model = to_keras(predict, params, (3, 8, 8), outputs=blobs)
+    for name, out in zip(blobs, model(x)):
+        assert out.shape == ref[name].shape, name
+        _close(out, ref[name])
+    default = to_keras(predict, params, (3, 8, 8))  # the net's external outputs
+    resh, gmax = default(x)
+    _close(resh, ref["resh"])
+    _close(gmax, ref["gmax"])
+
+
+def test_saved_model_reloads_without_tfinit(tmp_path):
+    predict, params = nets.cnn()
+    x = np.random.default_rng(3).normal(size=(1, 3, 8, 8)).astype(np.float32)
+    model = to_keras(predict, params, (3, 8, 8))
+    path = tmp_path / "cnn.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)  # only built-in layers: no custom objects
+    _close(reloaded(x), nets.cnn_forward(x, params)["prob"])
+
+
+def test_unsupported_ops_are_listed():
+    predict, params = nets.cnn()
+    predict.ops.insert(2, Operator("LRN", ("bn1",), ("bn1",)))
+    predict.ops.append(Operator("ArgMax", ("prob",), ("label",)))
+    with pytest.raises(ValueError, match=r"unsupported Caffe2 op\(s\): LRN \(op #2\), "
+                                         r"ArgMax \(op #7\); supported: .*SpatialBN"):
+        to_keras(predict, params, (3, 8, 8))
+
+
+@pytest.mark.parametrize("change, text", [
+    (lambda net: net.ops[0].args.update(order="NHWC"), "unsupported order"),
+    (lambda net: net.ops[1].args.update(is_test=0), "training mode"),
+    (lambda net: net.ops[3].args.update(pad=1, kernel=3), "not TensorFlow's SAME"),
+    (lambda net: net.ops.__setitem__(0, Operator("Conv", ("data", "nope_w"), ("conv1",))),
+     "'nope_w', which the init net does not hold"),
+])
+def test_unsupported_arguments_name_the_op(change, text):
+    predict, params = nets.cnn()
+    change(predict)
+    with pytest.raises(ValueError, match="to_keras: op #") as info:
+        to_keras(predict, params, (3, 8, 8))
+    assert text in str(info.value)
+
+
+def test_bad_inputs_and_outputs():
+    predict, params = nets.cnn()
+    with pytest.raises(ValueError, match="input_shape"):
+        to_keras(predict, params, (3, 0, 8))
+    with pytest.raises(TypeError, match="input_shape"):
+        to_keras(predict, params, "chw")
+    with pytest.raises(ValueError, match=r"output blob\(s\) \['nope'\]"):
+        to_keras(predict, params, (3, 8, 8), outputs=["nope"])
+    two_inputs = NetDef(ops=[Operator("Sum", ("a", "b"), ("c",))], external_output=["c"])
+    with pytest.raises(ValueError, match=r"exactly one data input, found \['a', 'b'\]"):
+        to_keras(two_inputs, {}, (4,))
