@@ -56,11 +56,11 @@ def cnn(seed=0, conv_pad=1, pool_pad=0):
                  {"kernel": 3, "pad": conv_pad, "stride": 1, **nchw}, engine="CUDNN"),
         Operator("SpatialBN", ("conv1", "bn1_s", "bn1_b", "bn1_rm", "bn1_riv"), ("bn1",),
                  {"is_test": 1, "epsilon": 1e-3, **nchw}),
-        Operator("Relu", ("bn1",), ("bn1",), nchw),  # in place, as brew writes it
+        Operator("Relu", ("bn1",), ("bn1",), dict(nchw)),  # in place, as brew writes it
         Operator("MaxPool", ("bn1",), ("pool1",), {"kernel": 2, "stride": 2, "pad": pool_pad,
                                                    **nchw}),
-        Operator("FC", ("pool1", "fc_w", "fc_b"), ("fc",), nchw),
-        Operator("Softmax", ("fc",), ("prob",), nchw),
+        Operator("FC", ("pool1", "fc_w", "fc_b"), ("fc",), dict(nchw)),
+        Operator("Softmax", ("fc",), ("prob",), dict(nchw)),
     ], external_input=["data", *params], external_output=["prob"])
     return predict, params
 
@@ -180,3 +180,20 @@ def branchy_forward(x, p):
     blobs["fc"] = fc(blobs["flat"], p["fc_w"], p["fc_b"])
     blobs["resh"] = blobs["fc"].reshape(len(x), 2, 3)
     return blobs
+
+
+def padded_pools():
+    """Pools whose explicit pads TensorFlow's SAME cannot express (input has negatives)."""
+    predict = NetDef(name="pools", ops=[
+        Operator("MaxPool", ("data",), ("mp",), {"kernel": 3, "stride": 2, "pad": 1}),
+        Operator("AveragePool", ("data",), ("ap",), {"kernel": 3, "stride": 2, "pad": 1}),
+        Operator("AveragePool", ("data",), ("ap2",),
+                 {"kernel": 2, "stride": 2, "pads": [1, 0, 0, 1]}),
+    ], external_input=["data"], external_output=["mp", "ap", "ap2"])
+    return predict, {}
+
+
+def padded_pools_forward(x):
+    return {"mp": pool(x, (3, 3), (2, 2), (1, 1, 1, 1)),
+            "ap": pool(x, (3, 3), (2, 2), (1, 1, 1, 1), mode="avg"),
+            "ap2": pool(x, (2, 2), (2, 2), (1, 0, 0, 1), mode="avg")}

@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 
 import caffe2_nets as nets  # noqa: E402
 from tfinit.caffe2 import NetDef, Operator, read_netdef, to_keras  # noqa: E402
+from tfinit.caffe2._layers import Caffe2Pooling2D  # noqa: E402
 
 MLP_BLOBS = ["fc1", "relu1", "fc2", "relu2", "fc3", "prob"]
 
@@ -62,6 +63,20 @@ def test_padded_pooling_and_the_remaining_ops_match_numpy_caffe2():
     _close(gmax, ref["gmax"])
 
 
+def test_pools_with_explicit_pads_tensorflow_cannot_express(tmp_path):
+    predict, _ = nets.padded_pools()
+    x = np.random.default_rng(4).normal(size=(2, 3, 8, 7)).astype(np.float32)
+    ref = nets.padded_pools_forward(x)
+    model = to_keras(predict, {}, (3, 8, 7))
+    assert isinstance(model.get_layer("mp"), Caffe2Pooling2D)
+    for name, out in zip(["mp", "ap", "ap2"], model(x)):
+        assert out.shape == ref[name].shape, name
+        _close(out, ref[name])
+    path = tmp_path / "pools.keras"
+    model.save(path)  # the layer is registered by importing tfinit.caffe2
+    _close(keras.saving.load_model(path)(x)[0], ref["mp"])
+
+
 def test_saved_model_reloads_without_tfinit(tmp_path):
     predict, params = nets.cnn()
     x = np.random.default_rng(3).normal(size=(1, 3, 8, 8)).astype(np.float32)
@@ -84,7 +99,8 @@ def test_unsupported_ops_are_listed():
 @pytest.mark.parametrize("change, text", [
     (lambda net: net.ops[0].args.update(order="NHWC"), "unsupported order"),
     (lambda net: net.ops[1].args.update(is_test=0), "training mode"),
-    (lambda net: net.ops[3].args.update(pad=1, kernel=3), "not TensorFlow's SAME"),
+    (lambda net: net.ops[3].args.update(legacy_pad=2), "unsupported legacy_pad"),
+    (lambda net: net.ops[5].args.update(axis=0), "unsupported Softmax other than"),
     (lambda net: net.ops.__setitem__(0, Operator("Conv", ("data", "nope_w"), ("conv1",))),
      "'nope_w', which the init net does not hold"),
 ])

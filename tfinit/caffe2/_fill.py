@@ -490,7 +490,7 @@ def _run(op_type, inputs, args, seed=None, caffe2_rng=False):
         raise ValueError(f"Unknown or unsupported Caffe2 operator {op_type!r}; tfinit "
                          f"replays: {', '.join(supported_ops())}.")
     arrays = []
-    for index, value in enumerate(inputs):
+    for value in inputs:
         if keras.ops.is_tensor(value):
             value = keras.ops.convert_to_numpy(value)
         arrays.append(np.asarray(value))

@@ -17,6 +17,7 @@ import numpy as np
 
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._keras import load_into_keras
+from tfinit.caffe2._layers import Caffe2Pooling2D
 from tfinit.caffe2._netdef import read_netdef
 
 _TO_NHWC, _TO_NCHW = (2, 3, 1), (3, 1, 2)
@@ -175,21 +176,21 @@ def _pool(b, op, x):
     kernel, stride, dilation, pads = _window(op)
     if dilation != (1, 1) or 0 in kernel:
         raise _Unsupported(f"{op.type} with dilation {dilation} / kernel {kernel}")
-    padding = "valid"
-    if any(pads):
-        same = [_same_pads(x.shape[1 + k], kernel[k], stride[k]) for k in range(2)]
-        valid_out = [(x.shape[1 + k] + pads[k] + pads[k + 2] - kernel[k]) // stride[k] + 1
-                     for k in range(2)]
-        if [(pads[0], pads[2]), (pads[1], pads[3])] != same or valid_out != [
-            math.ceil(x.shape[1 + k] / stride[k]) for k in range(2)
-        ]:
-            raise _Unsupported(f"{op.type} pads {pads} that are not TensorFlow's SAME padding")
-        # TF SAME ignores padded cells, as Caffe2 does (max; average without count_include_pad)
-        if op.args.get("count_include_pad", 0):
-            raise _Unsupported("AveragePool with count_include_pad=1")
-        padding = "same"
+    if op.args.get("count_include_pad", 0):
+        raise _Unsupported("AveragePool with count_include_pad=1")
     cls = keras.layers.MaxPooling2D if maximum else keras.layers.AveragePooling2D
-    return cls(kernel, strides=stride, padding=padding, name=name)(x)
+    if not any(pads):
+        return cls(kernel, strides=stride, padding="valid", name=name)(x)
+    same = [_same_pads(x.shape[1 + k], kernel[k], stride[k]) for k in range(2)]
+    out = [(x.shape[1 + k] + pads[k] + pads[k + 2] - kernel[k]) // stride[k] + 1
+           for k in range(2)]
+    if [(pads[0], pads[2]), (pads[1], pads[3])] == same and out == [
+        math.ceil(x.shape[1 + k] / stride[k]) for k in range(2)
+    ]:
+        # TF SAME ignores padded cells, as Caffe2 does (max; average without count_include_pad)
+        return cls(kernel, strides=stride, padding="same", name=name)(x)
+    mode = "max" if maximum else "average"
+    return Caffe2Pooling2D(mode, kernel, stride, pads, name=name)(x)
 
 
 def _softmax(b, op, x):
