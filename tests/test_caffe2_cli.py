@@ -32,6 +32,13 @@ def test_inspect_predict_net_lists_ops(capsys):
     assert "external_output: prob" in out
 
 
+def test_inspect_predict_net_with_its_init_net_shows_parameter_shapes(capsys):
+    models = nets.models_dir()
+    assert main(["inspect", str(models / "mlp_predict_net.pb"),
+                 "--init-net", str(models / "mlp_init_net.pb")]) == 0
+    assert "op #0 FC(data[1, 1], fc1_w[16, 10], fc1_b[16]) -> fc1" in capsys.readouterr().out
+
+
 def test_inspect_marks_random_fills(tmp_path, capsys):
     path = tmp_path / "init.pb"
     path.write_bytes(NetDef(ops=[Operator("XavierFill", (), ("w",), {"shape": [3, 4]})])

@@ -511,3 +511,15 @@ def test_fuzzed_init_nets_raise_value_error_only():
         except ValueError:
             errors += 1
     assert errors > 100
+
+
+def test_replayed_ops():
+    from tfinit.caffe2 import replayed_ops
+
+    assert set(replayed_ops()) == {
+        "ConstantFill", "DiagonalFill", "RangeFill", "GaussianFill", "UniformFill",
+        "UniformIntFill", "UniqueUniformFill", "XavierFill", "MSRAFill", "Float16ConstantFill",
+        "Float16UniformFill", "FloatToHalf", "HalfToFloat", "GivenTensorFill",
+        "GivenTensorDoubleFill", "GivenTensorIntFill", "GivenTensorInt64Fill",
+        "GivenTensorInt16Fill", "GivenTensorBoolFill", "GivenTensorStringFill",
+        "GivenTensorByteStringToUInt8Fill"}

@@ -9,7 +9,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import NetDef, Operator, read_netdef, to_keras  # noqa: E402
+from tfinit.caffe2 import NetDef, Operator, converted_ops, read_netdef, to_keras  # noqa: E402
 from tfinit.caffe2._layers import Caffe2Pooling2D  # noqa: E402
 
 MLP_BLOBS = ["fc1", "relu1", "fc2", "relu2", "fc3", "prob"]
@@ -123,3 +123,9 @@ def test_bad_inputs_and_outputs():
     two_inputs = NetDef(ops=[Operator("Sum", ("a", "b"), ("c",))], external_output=["c"])
     with pytest.raises(ValueError, match=r"exactly one data input, found \['a', 'b'\]"):
         to_keras(two_inputs, {}, (4,))
+
+
+def test_converted_ops_are_brews_common_ops():
+    assert converted_ops() == sorted([
+        "FC", "Conv", "SpatialBN", "Relu", "Sigmoid", "Tanh", "MaxPool", "AveragePool",
+        "Softmax", "Dropout", "Concat", "Sum", "Add", "Flatten", "Reshape"])

@@ -28,7 +28,7 @@ def _ops(args):
 def _inspect(args):
     from tfinit.caffe2 import _cli
 
-    return _cli.inspect(args.file, seed=args.seed, error=_UsageError)
+    return _cli.inspect(args.file, seed=args.seed, init_net=args.init_net, error=_UsageError)
 
 
 def _convert(args):
@@ -49,6 +49,8 @@ def build_parser():
     inspect_ = commands.add_parser("inspect", help="list the ops and blobs of a Caffe2 NetDef .pb")
     inspect_.add_argument("file", help="init_net.pb / predict_net.pb (or .pbtxt)")
     inspect_.add_argument("--seed", type=int, default=None, help="seed for random fills")
+    inspect_.add_argument("--init-net", default=None,
+                          help="with a predict net: its init_net, to show parameter shapes")
     inspect_.set_defaults(run=_inspect)
     convert = commands.add_parser("convert", help="Caffe2 init_net + predict_net -> .keras")
     convert.add_argument("init_net")

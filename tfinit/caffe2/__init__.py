@@ -7,8 +7,10 @@ fill operator and ``load_init_net`` replays an init net, both on tfinit's fills;
 """
 
 from tfinit.caffe2._netdef import DeviceOption, NetDef, Operator, read_netdef
-from tfinit.caffe2._fill import DATA_TYPES, fill, load_init_net, supported_ops
+from tfinit.caffe2._fill import DATA_TYPES, fill, load_init_net
+from tfinit.caffe2._fill import supported_ops as replayed_ops
 from tfinit.caffe2._keras import LoadReport, load_into_keras
+from tfinit.caffe2._to_keras import supported_ops as converted_ops
 from tfinit.caffe2._to_keras import to_keras
 
 __all__ = [
@@ -16,11 +18,12 @@ __all__ = [
     "DeviceOption",
     "LoadReport",
     "NetDef",
+    "converted_ops",
     "Operator",
     "fill",
     "load_init_net",
     "load_into_keras",
     "read_netdef",
-    "supported_ops",
+    "replayed_ops",
     "to_keras",
 ]

@@ -36,10 +36,14 @@ def _stats(array):
     return line
 
 
-def inspect(path, seed=None, error=ValueError):
-    """Print every op (type, blobs, args) and, for an init net, every blob's statistics."""
+def inspect(path, seed=None, init_net=None, error=ValueError):
+    """Print every op (type, blobs, args) and, for an init net, every blob's statistics.
+
+    With ``init_net`` (for a predict net), parameter inputs are shown with their shapes.
+    """
     try:
         net = read_netdef(path)
+        params = {} if init_net is None else load_init_net(init_net, seed=seed)
     except _USER_ERRORS as err:
         raise error(str(err)) from None
     print(f"net {net.name!r}: {len(net.ops)} ops")
@@ -49,7 +53,8 @@ def inspect(path, seed=None, error=ValueError):
     print(f"  external_output: {', '.join(net.external_output) or '-'}")
     for k, op in enumerate(net.ops):
         args = ", ".join(f"{name}={_short(value)}" for name, value in op.args.items())
-        print(f"op #{k} {op.type}({', '.join(op.inputs)}) -> {', '.join(op.outputs)}"
+        inputs = [f"{b}{list(params[b].shape)}" if b in params else b for b in op.inputs]
+        print(f"op #{k} {op.type}({', '.join(inputs)}) -> {', '.join(op.outputs)}"
               + (f" [{args}]" if args else ""))
     replayable = net.ops and all(op.type in supported_ops() for op in net.ops)
     if not replayable:
