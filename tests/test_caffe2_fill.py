@@ -310,6 +310,14 @@ def test_fan_errors(op, shape, text):
     assert text in str(info.value)
 
 
+def test_zero_sized_fan_shapes_give_empty_arrays():
+    # Caffe2 raises ([k, 0] Xavier) or dies with SIGFPE (Xavier [0, k], MSRA [k, 0]);
+    # tfinit's fills give an empty tensor: there is nothing to draw.
+    for op, shape in (("XavierFill", [0, 4]), ("XavierFill", [4, 0]), ("MSRAFill", [4, 0])):
+        out = fill(op, shape=shape)
+        assert out.shape == tuple(shape) and out.dtype == np.float32
+
+
 # ---------------------------------------------------------------- fp16
 
 

@@ -10,20 +10,20 @@ format, kept opaque.
 :class:`Operator`, :class:`DeviceOption`; an argument's value type says which
 protobuf field held it (Caffe2's ops read one field only):
 
-=========  ==============================
-field      Python value
-=========  ==============================
-``f``      ``float`` (a float32 value)
-``i``      ``int``
-``s``      ``bytes``
-``floats`` ``numpy.ndarray`` of float32
-``ints``   ``numpy.ndarray`` of int64
-``strings````list`` of ``bytes``
-``n``      :class:`NetDef`
-``nets``   ``list`` of :class:`NetDef`
-``t`` etc. :class:`RawField` (undecoded bytes)
-none       ``None`` (a name only)
-=========  ==============================
+==========  ==============================
+field       Python value
+==========  ==============================
+``f``       ``float`` (a float32 value)
+``i``       ``int``
+``s``       ``bytes``
+``floats``  ``numpy.ndarray`` of float32
+``ints``    ``numpy.ndarray`` of int64
+``strings`` ``list`` of ``bytes``
+``n``       :class:`NetDef`
+``nets``    ``list`` of :class:`NetDef`
+``t`` etc.  :class:`RawField` (undecoded bytes)
+none        ``None`` (a name only)
+==========  ==============================
 """
 
 import dataclasses
@@ -113,10 +113,11 @@ def _message_classes():
                 field.type_name = f".caffe2.{kind}"
     pool = descriptor_pool.DescriptorPool()  # private: never clashes with a real caffe2
     pool.Add(proto)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"caffe2.{name}"))
-        for name in _FIELDS
-    }
+    # protobuf >= 4.22 has GetMessageClass; older ones (TF 2.16 allows 3.20) a factory.
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is None:
+        get_class = message_factory.MessageFactory(pool).GetPrototype
+    return {name: get_class(pool.FindMessageTypeByName(f"caffe2.{name}")) for name in _FIELDS}
 
 
 _PB = _message_classes()
