@@ -341,6 +341,12 @@ def _encode_arg(name, value, pb):
         pb.s = value
     elif isinstance(value, NetDef):
         pb.n.CopyFrom(_encode_net(value))
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        if value.dtype.kind == "f":
+            with np.errstate(over="ignore"):
+                pb.floats.extend(value.astype(np.float32).reshape(-1).tolist())
+        else:
+            pb.ints.extend(value.astype(np.int64).reshape(-1).tolist())
     else:
         items = list(value.reshape(-1)) if isinstance(value, np.ndarray) else list(value)
         if items and all(isinstance(v, NetDef) for v in items):
