@@ -4,7 +4,8 @@ Needs ``rng="caffe2"`` in tfinit.fills (on main; issue6 alone lacks it).
 ``data/caffe2_seeded_init_net.pb`` was written with tfinit's NetDef encoder and run by the
 real Caffe2 (PyTorch 1.8.1 wheel, CPU); ``data/caffe2_seeded_init_net.npz`` holds what
 Caffe2 produced: per-op seeds for XavierFill [6,4,3,3], MSRAFill [8,5], GaussianFill,
-UniformIntFill, and a net-level seed 42 that gives two UniformFills identical values.
+UniformIntFill, UniqueUniformFill (INT64), Float16UniformFill, and a net-level seed 42
+that gives two UniformFills identical values.
 """
 
 import json
