@@ -118,9 +118,10 @@ class _Op:
         source = self.inputs[0]
         if not as_shape:
             return tuple(source.shape) + tuple(extra)
-        if source.ndim != 1 or source.dtype.kind not in "iu" or source.size == 0:
+        if source.ndim != 1 or source.dtype != np.int64 or source.size == 0:
             raise self.error("input_as_shape", "input 0 must be a non-empty 1-D int64 "
-                             f"tensor, got {source.dtype} of shape {source.shape}.")
+                             f"tensor, got {source.dtype} of shape {source.shape} (Caffe2: "
+                             "'Tensor type mismatch' for other types).", TypeError)
         if np.any(source < 0):
             raise self.error("input_as_shape", f"input 0 has a negative dimension: "
                              f"{source.tolist()}.")
@@ -440,10 +441,14 @@ def _one_input(op, dtype):
 
 
 def _float_to_half(op):
-    """Round to nearest even (numpy's cast); ``clip=1`` saturates to +-65504, NaN too."""
+    """Round to nearest even (numpy's cast); ``clip=1`` saturates to +-65504.
+
+    With clip, NaN becomes -65504: measured on Caffe2 (PyTorch 1.8.1 CPU) for +NaN and
+    -NaN alike, as ``max(-65504, min(x, 65504))`` gives when comparisons with NaN fail.
+    """
     x = _one_input(op, "float32")
     if op.int_arg("clip", 0):
-        x = np.where(np.isnan(x), np.float32(_HALF_MAX), np.clip(x, -_HALF_MAX, _HALF_MAX))
+        x = np.where(np.isnan(x), np.float32(-_HALF_MAX), np.clip(x, -_HALF_MAX, _HALF_MAX))
     with np.errstate(over="ignore"):
         return x.astype(np.float16)
 
