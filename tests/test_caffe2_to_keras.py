@@ -1,6 +1,7 @@
 """tfinit.caffe2.to_keras: Keras models from Caffe2 predict nets, checked blob by blob."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -129,3 +130,20 @@ def test_converted_ops_are_brews_common_ops():
     assert converted_ops() == sorted([
         "FC", "Conv", "SpatialBN", "Relu", "Sigmoid", "Tanh", "MaxPool", "AveragePool",
         "Softmax", "Dropout", "Concat", "Sum", "Add", "Flatten", "Reshape"])
+
+
+@pytest.mark.parametrize("name", ["cnn", "branchy", "pools"])
+def test_nets_reproduce_what_real_caffe2_computed(name):
+    """``data/caffe2_<name>_*.pb`` are the nets of caffe2_nets.py written with tfinit's
+    encoder; ``caffe2_<name>_forward.npz`` holds the input and every float blob the real
+    Caffe2 (PyTorch 1.8.1 wheel, CPU) computed from them."""
+    data = Path(__file__).resolve().parent / "data"
+    ref = np.load(data / f"caffe2_{name}_forward.npz", allow_pickle=False)
+    blobs = [key.split("/", 1)[1] for key in ref.files if key.startswith("blob/")]
+    x = ref["input/data"]
+    model = to_keras(data / f"caffe2_{name}_predict_net.pb", data / f"caffe2_{name}_init_net.pb",
+                     x.shape[1:], outputs=blobs)
+    outs = model(x)
+    for blob, out in zip(blobs, outs if len(blobs) > 1 else [outs]):
+        assert out.shape == ref[f"blob/{blob}"].shape, blob
+        _close(out, ref[f"blob/{blob}"])
