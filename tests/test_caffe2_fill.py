@@ -542,13 +542,13 @@ def test_replayed_ops():
 
 
 def test_deterministic_init_net_is_bit_identical_to_what_caffe2_produced():
-    """``data/caffe2_deterministic_init_net.pb`` (35 ops: ConstantFill in every dtype and
+    """``data/c2import_deterministic_init_net.pb`` (35 ops: ConstantFill in every dtype and
     shape mode, the GivenTensor*Fill family, RangeFill, DiagonalFill, FloatToHalf with and
     without clip, HalfToFloat, ...) was written with tfinit's encoder and run by the real
     Caffe2 (PyTorch 1.8.1 wheel, CPU); the .npz holds Caffe2's blobs."""
     data = Path(__file__).resolve().parent / "data"
-    expected = np.load(data / "caffe2_deterministic_init_net.npz", allow_pickle=False)
-    blobs = load_init_net(data / "caffe2_deterministic_init_net.pb")
+    expected = np.load(data / "c2import_deterministic_init_net.npz", allow_pickle=False)
+    blobs = load_init_net(data / "c2import_deterministic_init_net.pb")
     assert list(blobs) == list(expected.files)
     for name in expected.files:
         assert blobs[name].dtype == expected[name].dtype, name

@@ -1,8 +1,8 @@
 """Seeded replay: Caffe2's random_seed -> tfinit's rng="caffe2" stream, bit for bit.
 
 Needs ``rng="caffe2"`` in tfinit.fills (on main; issue6 alone lacks it).
-``data/caffe2_seeded_init_net.pb`` was written with tfinit's NetDef encoder and run by the
-real Caffe2 (PyTorch 1.8.1 wheel, CPU); ``data/caffe2_seeded_init_net.npz`` holds what
+``data/c2import_seeded_init_net.pb`` was written with tfinit's NetDef encoder and run by the
+real Caffe2 (PyTorch 1.8.1 wheel, CPU); ``data/c2import_seeded_init_net.npz`` holds what
 Caffe2 produced: per-op seeds for XavierFill [6,4,3,3], MSRAFill [8,5], GaussianFill,
 UniformIntFill, UniqueUniformFill (INT64), Float16UniformFill, and a net-level seed 42
 that gives two UniformFills identical values.
@@ -45,8 +45,8 @@ def test_seeds_mapping_reproduces_caffe2s_seeded_samples():
 
 
 def test_seeded_init_net_replays_bit_exactly_as_caffe2_ran_it():
-    expected = np.load(DATA / "caffe2_seeded_init_net.npz", allow_pickle=False)
-    blobs = load_init_net(DATA / "caffe2_seeded_init_net.pb")
+    expected = np.load(DATA / "c2import_seeded_init_net.npz", allow_pickle=False)
+    blobs = load_init_net(DATA / "c2import_seeded_init_net.pb")
     assert sorted(blobs) == sorted(expected.files)
     for name in expected.files:
         assert blobs[name].dtype == expected[name].dtype, name

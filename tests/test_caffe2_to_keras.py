@@ -134,14 +134,14 @@ def test_converted_ops_are_brews_common_ops():
 
 @pytest.mark.parametrize("name", ["cnn", "branchy", "pools"])
 def test_nets_reproduce_what_real_caffe2_computed(name):
-    """``data/caffe2_<name>_*.pb`` are the nets of caffe2_nets.py written with tfinit's
-    encoder; ``caffe2_<name>_forward.npz`` holds the input and every float blob the real
+    """``data/c2import_<name>_*.pb`` are the nets of caffe2_nets.py written with tfinit's
+    encoder; ``c2import_<name>_forward.npz`` holds the input and every float blob the real
     Caffe2 (PyTorch 1.8.1 wheel, CPU) computed from them."""
     data = Path(__file__).resolve().parent / "data"
-    ref = np.load(data / f"caffe2_{name}_forward.npz", allow_pickle=False)
+    ref = np.load(data / f"c2import_{name}_forward.npz", allow_pickle=False)
     blobs = [key.split("/", 1)[1] for key in ref.files if key.startswith("blob/")]
     x = ref["input/data"]
-    model = to_keras(data / f"caffe2_{name}_predict_net.pb", data / f"caffe2_{name}_init_net.pb",
+    model = to_keras(data / f"c2import_{name}_predict_net.pb", data / f"c2import_{name}_init_net.pb",
                      x.shape[1:], outputs=blobs)
     outs = model(x)
     for blob, out in zip(blobs, outs if len(blobs) > 1 else [outs]):
