@@ -141,8 +141,8 @@ def test_nets_reproduce_what_real_caffe2_computed(name):
     ref = np.load(data / f"c2import_{name}_forward.npz", allow_pickle=False)
     blobs = [key.split("/", 1)[1] for key in ref.files if key.startswith("blob/")]
     x = ref["input/data"]
-    model = to_keras(data / f"c2import_{name}_predict_net.pb", data / f"c2import_{name}_init_net.pb",
-                     x.shape[1:], outputs=blobs)
+    model = to_keras(data / f"c2import_{name}_predict_net.pb",
+                     data / f"c2import_{name}_init_net.pb", x.shape[1:], outputs=blobs)
     outs = model(x)
     for blob, out in zip(blobs, outs if len(blobs) > 1 else [outs]):
         assert out.shape == ref[f"blob/{blob}"].shape, blob
