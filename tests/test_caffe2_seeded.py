@@ -53,3 +53,13 @@ def test_seeded_init_net_replays_bit_exactly_as_caffe2_ran_it():
         np.testing.assert_array_equal(blobs[name], expected[name], err_msg=name)
     # The net-level seed goes to every op: same-shaped fills come out identical (FACTS.md).
     np.testing.assert_array_equal(blobs["u1"], blobs["u2"])
+
+
+def test_brews_real_seeded_param_init_net_replays_bit_exactly():
+    # main's tests/data/caffe2_seeded_init_net.pb: a brew MLP param_init_net made and run by
+    # the real Caffe2 (net seed 1234, fc2_w's own seed 99); see tests/data/README.md there.
+    expected = np.load(DATA / "caffe2_seeded_init_net.npz", allow_pickle=False)
+    blobs = load_init_net(DATA / "caffe2_seeded_init_net.pb")
+    for name in expected.files:
+        assert blobs[name].dtype == expected[name].dtype, name
+        assert blobs[name].tobytes() == expected[name].tobytes(), name
