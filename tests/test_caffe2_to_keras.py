@@ -147,3 +147,14 @@ def test_nets_reproduce_what_real_caffe2_computed(name):
     for blob, out in zip(blobs, outs if len(blobs) > 1 else [outs]):
         assert out.shape == ref[f"blob/{blob}"].shape, blob
         _close(out, ref[f"blob/{blob}"])
+
+
+def test_malformed_ops_raise_value_errors():
+    predict, params = nets.cnn()
+    predict.ops[4] = Operator("FC", ("pool1", "fc_w"), ("fc",))  # no bias input
+    with pytest.raises(ValueError, match=r"op #4 FC.*needs input 2"):
+        to_keras(predict, params, (3, 8, 8))
+    predict, params = nets.cnn()
+    predict.ops[2] = Operator("Relu", (), ("bn1",))
+    with pytest.raises(ValueError, match=r"op #2 Relu.*needs an input"):
+        to_keras(predict, params, (3, 8, 8))

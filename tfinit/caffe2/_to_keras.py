@@ -47,6 +47,9 @@ class _Builder:
         return name
 
     def param(self, op, index):
+        if index >= len(op.inputs):
+            raise ValueError(f"{op.type} needs input {index} (a parameter blob); it has "
+                             f"{len(op.inputs)} inputs.")
         blob = op.inputs[index]
         if blob not in self.params:
             raise ValueError(f"{op.type} reads parameter '{blob}', which the init net does "
@@ -323,22 +326,18 @@ def to_keras(predict_net, init_net, input_shape, outputs=None):
     b.blobs[data[0]] = b.from_caffe2(inp, data[0]) if len(input_shape) == 3 else inp
     for k, op in enumerate(net.ops):
         try:
-            if not op.outputs:
-                raise ValueError("writes no blob")
-            if op.type in _PARAM_SLOTS:
-                xs = [b.blobs[op.inputs[0]]] if op.inputs[0] in b.blobs else []
-            else:
-                xs = [b.blobs[blob] for blob in op.inputs if blob in b.blobs]
-            missing = [blob for blob in op.inputs[:1 if op.type in _PARAM_SLOTS else None]
-                       if blob not in b.blobs]
-            if missing or not xs:
-                raise ValueError(f"reads {missing or list(op.inputs)}, which no earlier op "
-                                 "wrote")
+            if not op.outputs or not op.inputs:
+                raise ValueError("an op needs an input and an output blob")
+            activations = op.inputs[:1] if op.type in _PARAM_SLOTS else op.inputs
+            missing = [blob for blob in activations if blob not in b.blobs]
+            if missing:
+                raise ValueError(f"reads {missing}, which no earlier op wrote")
+            xs = [b.blobs[blob] for blob in activations]
             b.blobs[op.outputs[0]] = _HANDLERS[op.type](b, op, *xs)
         except _Unsupported as err:
             raise ValueError(f"to_keras: op #{k} {op.type} -> {op.outputs[:1]}: unsupported "
                              f"{err}.") from None
-        except ValueError as err:
+        except (ValueError, TypeError) as err:  # bad argument types included
             raise ValueError(f"to_keras: op #{k} {op.type} -> {op.outputs[:1]}: {err}") from None
     missing = [blob for blob in outputs if blob not in b.blobs]
     if missing:
