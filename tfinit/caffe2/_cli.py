@@ -90,4 +90,9 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError):
         raise error(str(err).splitlines()[0]) from None
     print(f"wrote {output}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {model.input_shape}, output {model.output_shape}")
+    from tfinit.caffe2._layers import Caffe2Pooling2D
+
+    if any(isinstance(layer, Caffe2Pooling2D) for layer in model.layers):
+        print("note: it uses tfinit's Caffe2Pooling2D layer: `import tfinit.caffe2` before "
+              "keras.saving.load_model")
     return 0
