@@ -86,3 +86,12 @@ def test_convert_reports_unsupported_ops_in_one_line(tmp_path, capsys):
                  str(tmp_path / "o.keras"), "--input-shape", "3,8,8"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "LRN (op #6)" in err
+
+
+def test_convert_says_when_the_model_needs_tfinit_to_load(tmp_path, capsys):
+    predict, _ = nets.padded_pools()
+    (tmp_path / "i.pb").write_bytes(NetDef().to_bytes())
+    (tmp_path / "p.pb").write_bytes(predict.to_bytes())
+    assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
+                 str(tmp_path / "o.keras"), "--input-shape", "3,8,7"]) == 0
+    assert "import tfinit.caffe2" in capsys.readouterr().out
