@@ -66,6 +66,19 @@ def _demo(args):
     return 0
 
 
+def _inspect(args):
+    from tfinit.caffe2 import _cli
+
+    return _cli.inspect(args.file, seed=args.seed, init_net=args.init_net, error=UsageError)
+
+
+def _convert(args):
+    from tfinit.caffe2 import _cli
+
+    return _cli.convert(args.init_net, args.predict_net, args.output, args.input_shape,
+                        error=UsageError)
+
+
 def build_parser():
     parser = _Parser(
         prog="tfinit",
@@ -88,6 +101,21 @@ def build_parser():
     demo.add_argument("--samples", type=_positive(int), default=4096,
                       help="synthetic training examples (default 4096)")
     demo.set_defaults(run=_demo)
+
+    inspect_ = commands.add_parser("inspect", help="list the ops and blobs of a Caffe2 NetDef .pb")
+    inspect_.add_argument("file", help="init_net.pb / predict_net.pb (or .pbtxt)")
+    inspect_.add_argument("--seed", type=int, default=None, help="seed for random fills")
+    inspect_.add_argument("--init-net", default=None,
+                          help="with a predict net: its init_net, to show parameter shapes")
+    inspect_.set_defaults(run=_inspect)
+
+    convert = commands.add_parser("convert", help="Caffe2 init_net + predict_net -> .keras")
+    convert.add_argument("init_net")
+    convert.add_argument("predict_net")
+    convert.add_argument("output", help="the .keras file to write")
+    convert.add_argument("--input-shape", required=True,
+                         help="Caffe2's per-example input shape, e.g. 3,224,224 (C,H,W)")
+    convert.set_defaults(run=_convert)
 
     ops = commands.add_parser("ops", help="list every Caffe2 fill operator with its arguments and maths")
     ops.set_defaults(run=_ops)

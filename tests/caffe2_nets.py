@@ -1,0 +1,199 @@
+"""Small Caffe2 nets written in the tests, and a numpy re-computation of Caffe2's ops.
+
+The numpy functions follow FACTS.md ("A numpy re-computation matches Caffe2"): FC
+``x @ W.T + b`` flattening C,H,W; Conv OIHW cross-correlation with explicit pads;
+SpatialBN test mode ``(x - rm) / sqrt(riv + eps) * s + b``; pooling with floor output
+sizes, padded cells ignored.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from tfinit.caffe2._netdef import NetDef, Operator
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+MODELS = SHARED / "reference" / "caffe2" / "models"
+
+
+def models_dir():
+    """The shared Caffe2 models folder; a missing one fails the test (never skips)."""
+    assert MODELS.is_dir(), (
+        f"Caffe2 reference models not found at {MODELS}: the shared/ folder must sit "
+        "beside the repository (CI puts it there)."
+    )
+    return MODELS
+
+
+def given_tensor_init_net(params):
+    """An init net in model-zoo style: one GivenTensorFill per parameter."""
+    return NetDef(name="init", ops=[
+        Operator("GivenTensorFill", (), (name,),
+                 {"shape": [int(d) for d in value.shape],
+                  "values": value.astype(np.float32).reshape(-1)})
+        for name, value in params.items()
+    ])
+
+
+def cnn(seed=0, conv_pad=1, pool_pad=0):
+    """FACTS.md's CNN: conv 3->4 k3, spatial_bn, relu, max_pool 2/2, fc 64->5, softmax."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "conv1_w": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32),
+        "conv1_b": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "bn1_s": rng.uniform(0.5, 1.5, (4,)).astype(np.float32),
+        "bn1_b": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "bn1_rm": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "bn1_riv": rng.uniform(0.5, 2.0, (4,)).astype(np.float32),
+    }
+    size = 8 + 2 * conv_pad - 2
+    size = (size + 2 * pool_pad - 2) // 2 + 1
+    params["fc_w"] = rng.normal(0, 0.3, (5, 4 * size * size)).astype(np.float32)
+    params["fc_b"] = rng.normal(0, 0.3, (5,)).astype(np.float32)
+    nchw = {"order": "NCHW"}
+    predict = NetDef(name="cnn", ops=[
+        Operator("Conv", ("data", "conv1_w", "conv1_b"), ("conv1",),
+                 {"kernel": 3, "pad": conv_pad, "stride": 1, **nchw}, engine="CUDNN"),
+        Operator("SpatialBN", ("conv1", "bn1_s", "bn1_b", "bn1_rm", "bn1_riv"), ("bn1",),
+                 {"is_test": 1, "epsilon": 1e-3, **nchw}),
+        Operator("Relu", ("bn1",), ("bn1",), dict(nchw)),  # in place, as brew writes it
+        Operator("MaxPool", ("bn1",), ("pool1",), {"kernel": 2, "stride": 2, "pad": pool_pad,
+                                                   **nchw}),
+        Operator("FC", ("pool1", "fc_w", "fc_b"), ("fc",), dict(nchw)),
+        Operator("Softmax", ("fc",), ("prob",), dict(nchw)),
+    ], external_input=["data", *params], external_output=["prob"])
+    return predict, params
+
+
+# ---------------------------------------------------------------- numpy Caffe2
+
+
+def fc(x, w, b):
+    return x.reshape(len(x), -1) @ w.T + b
+
+
+def conv(x, w, b=None, stride=(1, 1), pads=(0, 0, 0, 0), group=1):
+    """Caffe2 NCHW conv: pads (top, left, bottom, right)."""
+    x = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    n, c, h, wd = x.shape
+    o, ig, kh, kw = w.shape
+    oh, ow = (h - kh) // stride[0] + 1, (wd - kw) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow), np.float64)
+    per_group = o // group
+    for g in range(group):
+        xs = x[:, g * ig:(g + 1) * ig]
+        ws = w[g * per_group:(g + 1) * per_group]
+        for i in range(oh):
+            for j in range(ow):
+                patch = xs[:, :, i * stride[0]:i * stride[0] + kh, j * stride[1]:j * stride[1] + kw]
+                out[:, g * per_group:(g + 1) * per_group, i, j] = np.einsum(
+                    "nchw,ochw->no", patch, ws)
+    if b is not None:
+        out += b[None, :, None, None]
+    return out.astype(np.float32)
+
+
+def spatial_bn(x, s, b, rm, riv, eps):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    return ((x - rm.reshape(shape)) / np.sqrt(riv.reshape(shape) + eps) * s.reshape(shape)
+            + b.reshape(shape)).astype(np.float32)
+
+
+def pool(x, kernel, stride, pads=(0, 0, 0, 0), mode="max"):
+    """Caffe2 pooling: floor output size; padded cells ignored (max and average)."""
+    n, c, h, w = x.shape
+    oh = (h + pads[0] + pads[2] - kernel[0]) // stride[0] + 1
+    ow = (w + pads[1] + pads[3] - kernel[1]) // stride[1] + 1
+    out = np.zeros((n, c, oh, ow), np.float32)
+    for i in range(oh):
+        for j in range(ow):
+            top, left = i * stride[0] - pads[0], j * stride[1] - pads[1]
+            window = x[:, :, max(top, 0):min(top + kernel[0], h),
+                       max(left, 0):min(left + kernel[1], w)]
+            out[:, :, i, j] = window.max(axis=(2, 3)) if mode == "max" else window.mean(
+                axis=(2, 3))
+    return out
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def cnn_forward(x, p, conv_pad=1, pool_pad=0):
+    """Every blob of :func:`cnn`'s net, in Caffe2 layout."""
+    blobs = {"conv1": conv(x, p["conv1_w"], p["conv1_b"], pads=(conv_pad,) * 4)}
+    blobs["bn1"] = relu(spatial_bn(blobs["conv1"], p["bn1_s"], p["bn1_b"], p["bn1_rm"],
+                                   p["bn1_riv"], 1e-3))
+    blobs["pool1"] = pool(blobs["bn1"], (2, 2), (2, 2), (pool_pad,) * 4)
+    blobs["fc"] = fc(blobs["pool1"], p["fc_w"], p["fc_b"])
+    blobs["prob"] = softmax(blobs["fc"])
+    return blobs
+
+
+def branchy(seed=0):
+    """A net using the rest of to_keras's ops: strided/asymmetric/grouped convs, Tanh,
+    Sigmoid, Concat, padded AveragePool, Sum, Dropout, Flatten, FC, Reshape, global pool."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "a_w": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32),
+        "a_b": rng.normal(0, 0.3, (4,)).astype(np.float32),
+        "b_w": rng.normal(0, 0.3, (6, 1, 3, 3)).astype(np.float32),
+        "fc_w": rng.normal(0, 0.3, (6, 160)).astype(np.float32),
+        "fc_b": rng.normal(0, 0.3, (6,)).astype(np.float32),
+    }
+    predict = NetDef(name="branchy", ops=[
+        Operator("Conv", ("data", "a_w", "a_b"), ("conv_a",),
+                 {"kernel_h": 3, "kernel_w": 3, "stride": 2, "pad_t": 1, "pad_l": 0,
+                  "pad_b": 0, "pad_r": 1}),
+        Operator("Conv", ("data", "b_w"), ("conv_b",),
+                 {"kernels": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "group": 3}),
+        Operator("Tanh", ("conv_a",), ("tanh_a",)),
+        Operator("Sigmoid", ("conv_b",), ("sig_b",)),
+        Operator("Concat", ("tanh_a", "sig_b"), ("cat", "cat_split_info"), {"axis": 1}),
+        Operator("AveragePool", ("cat",), ("avg",), {"kernel": 3, "stride": 1, "pad": 1}),
+        Operator("Sum", ("avg", "cat"), ("sum",)),
+        Operator("MaxPool", ("sum",), ("gmax",), {"global_pooling": 1}),
+        Operator("Dropout", ("sum",), ("drop",), {"ratio": 0.3, "is_test": 1}),
+        Operator("Flatten", ("drop",), ("flat",)),
+        Operator("FC", ("flat", "fc_w", "fc_b"), ("fc",)),
+        Operator("Reshape", ("fc",), ("resh", "old_shape"), {"shape": [0, 2, 3]}),
+    ], external_input=["data", *params], external_output=["resh", "gmax"])
+    return predict, params
+
+
+def branchy_forward(x, p):
+    blobs = {"conv_a": conv(x, p["a_w"], p["a_b"], stride=(2, 2), pads=(1, 0, 0, 1))}
+    blobs["conv_b"] = conv(x, p["b_w"], stride=(2, 2), pads=(1, 1, 1, 1), group=3)
+    blobs["tanh_a"] = np.tanh(blobs["conv_a"])
+    blobs["sig_b"] = 1 / (1 + np.exp(-blobs["conv_b"]))
+    blobs["cat"] = np.concatenate([blobs["tanh_a"], blobs["sig_b"]], axis=1)
+    blobs["avg"] = pool(blobs["cat"], (3, 3), (1, 1), (1, 1, 1, 1), mode="avg")
+    blobs["sum"] = blobs["avg"] + blobs["cat"]
+    blobs["gmax"] = blobs["sum"].max(axis=(2, 3), keepdims=True)
+    blobs["drop"] = blobs["sum"]
+    blobs["flat"] = blobs["drop"].reshape(len(x), -1)
+    blobs["fc"] = fc(blobs["flat"], p["fc_w"], p["fc_b"])
+    blobs["resh"] = blobs["fc"].reshape(len(x), 2, 3)
+    return blobs
+
+
+def padded_pools():
+    """Pools whose explicit pads TensorFlow's SAME cannot express (input has negatives)."""
+    predict = NetDef(name="pools", ops=[
+        Operator("MaxPool", ("data",), ("mp",), {"kernel": 3, "stride": 2, "pad": 1}),
+        Operator("AveragePool", ("data",), ("ap",), {"kernel": 3, "stride": 2, "pad": 1}),
+        Operator("AveragePool", ("data",), ("ap2",),
+                 {"kernel": 2, "stride": 2, "pads": [1, 0, 0, 1]}),
+    ], external_input=["data"], external_output=["mp", "ap", "ap2"])
+    return predict, {}
+
+
+def padded_pools_forward(x):
+    return {"mp": pool(x, (3, 3), (2, 2), (1, 1, 1, 1)),
+            "ap": pool(x, (3, 3), (2, 2), (1, 1, 1, 1), mode="avg"),
+            "ap2": pool(x, (2, 2), (2, 2), (1, 0, 0, 1), mode="avg")}

@@ -1,0 +1,97 @@
+"""`tfinit inspect` and `tfinit convert` (run in-process through tfinit.cli.main)."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import caffe2_nets as nets  # noqa: E402
+from tfinit.caffe2 import NetDef, Operator  # noqa: E402
+from tfinit.cli import main  # noqa: E402
+
+
+def test_inspect_init_net_prints_every_op_and_blob_statistics(capsys):
+    models = nets.models_dir()
+    assert main(["inspect", str(models / "mlp_init_net.pb")]) == 0
+    out = capsys.readouterr().out
+    assert "op #0 GivenTensorFill() -> fc1_w [shape=ints [16, 10], values=floats[160]]" in out
+    ref = np.load(models / "mlp_forward.npz", allow_pickle=False)["param/fc1_w"]
+    line = next(l for l in out.splitlines() if l.strip().startswith("fc1_w:"))
+    assert "shape [16, 10] dtype float32" in line
+    assert f"min {ref.min():.6g} max {ref.max():.6g}" in line
+    assert "data: shape [1, 1] dtype float32" in out
+
+
+def test_inspect_predict_net_lists_ops(capsys):
+    assert main(["inspect", str(nets.models_dir() / "mlp_predict_net.pb")]) == 0
+    out = capsys.readouterr().out
+    assert "op #0 FC(data, fc1_w, fc1_b) -> fc1" in out
+    assert "external_output: prob" in out
+
+
+def test_inspect_predict_net_with_its_init_net_shows_parameter_shapes(capsys):
+    models = nets.models_dir()
+    assert main(["inspect", str(models / "mlp_predict_net.pb"),
+                 "--init-net", str(models / "mlp_init_net.pb")]) == 0
+    assert "op #0 FC(data[1, 1], fc1_w[16, 10], fc1_b[16]) -> fc1" in capsys.readouterr().out
+
+
+def test_inspect_marks_random_fills(tmp_path, capsys):
+    path = tmp_path / "init.pb"
+    path.write_bytes(NetDef(ops=[Operator("XavierFill", (), ("w",), {"shape": [3, 4]})])
+                     .to_bytes())
+    assert main(["inspect", str(path), "--seed", "1"]) == 0
+    assert "w: shape [3, 4] dtype float32" in capsys.readouterr().out
+
+
+def test_convert_writes_a_keras_model(tmp_path, capsys):
+    predict, params = nets.cnn()
+    init_path, predict_path = tmp_path / "init_net.pb", tmp_path / "predict_net.pb"
+    init_path.write_bytes(nets.given_tensor_init_net(params).to_bytes())
+    predict_path.write_bytes(predict.to_bytes())
+    out = tmp_path / "cnn.keras"
+    assert main(["convert", str(init_path), str(predict_path), str(out),
+                 "--input-shape", "3,8,8"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    x = np.random.default_rng(0).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    model = keras.saving.load_model(out)
+    np.testing.assert_allclose(np.asarray(model(x)), nets.cnn_forward(x, params)["prob"],
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["inspect", "/nonexistent.pb"], "No such file"),
+    (["inspect", "GARBAGE"], "not a valid Caffe2 NetDef"),
+    (["convert", "a.pb", "b.pb", "out.keras", "--input-shape", "3,x"], "--input-shape"),
+    (["convert", "a.pb", "b.pb", "out.h5", "--input-shape", "3"], "must end in .keras"),
+])
+def test_bad_arguments_exit_nonzero_with_one_line(argv, text, capsys, tmp_path):
+    garbage = tmp_path / "garbage.pb"
+    garbage.write_bytes(b"\xff\xff\xff not a protobuf")
+    argv = [str(garbage) if a == "GARBAGE" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and text in err and "Traceback" not in err
+
+
+def test_convert_reports_unsupported_ops_in_one_line(tmp_path, capsys):
+    predict, params = nets.cnn()
+    predict.ops.append(Operator("LRN", ("prob",), ("n",)))
+    (tmp_path / "i.pb").write_bytes(nets.given_tensor_init_net(params).to_bytes())
+    (tmp_path / "p.pb").write_bytes(predict.to_bytes())
+    assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
+                 str(tmp_path / "o.keras"), "--input-shape", "3,8,8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "LRN (op #6)" in err
+
+
+def test_convert_says_when_the_model_needs_tfinit_to_load(tmp_path, capsys):
+    predict, _ = nets.padded_pools()
+    (tmp_path / "i.pb").write_bytes(NetDef().to_bytes())
+    (tmp_path / "p.pb").write_bytes(predict.to_bytes())
+    assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
+                 str(tmp_path / "o.keras"), "--input-shape", "3,8,7"]) == 0
+    assert "import tfinit.caffe2" in capsys.readouterr().out

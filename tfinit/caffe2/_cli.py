@@ -1,0 +1,98 @@
+"""The ``tfinit inspect`` and ``tfinit convert`` commands (Caffe2 nets)."""
+
+import numpy as np
+
+from tfinit.caffe2._fill import RANDOM_OPS, load_init_net, supported_ops
+from tfinit.caffe2._netdef import NetDef, RawField, read_netdef
+
+_USER_ERRORS = (ValueError, TypeError, KeyError, OSError)
+
+
+def _short(value):
+    if isinstance(value, np.ndarray):
+        kind = "floats" if value.dtype.kind == "f" else "ints"
+        if value.size <= 8:
+            return f"{kind} {value.tolist()}"
+        return f"{kind}[{value.size}]"
+    if isinstance(value, list):
+        return f"strings[{len(value)}]" if len(value) > 4 else repr(value)
+    if isinstance(value, NetDef):
+        return f"NetDef {value.name!r} ({len(value.ops)} ops)"
+    if isinstance(value, RawField):
+        return f"{value.field} (not decoded)"
+    return repr(value)
+
+
+def _stats(array):
+    line = f"shape {list(array.shape)} dtype {array.dtype}"
+    if array.dtype.kind in "biuf" and array.size:
+        values = array.astype(np.float64)
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            line += (f" min {finite.min():.6g} max {finite.max():.6g} mean {finite.mean():.6g}"
+                     f" std {finite.std():.6g}")
+        if finite.size != values.size:
+            line += f" non-finite {values.size - finite.size}"
+    return line
+
+
+def inspect(path, seed=None, init_net=None, error=ValueError):
+    """Print every op (type, blobs, args) and, for an init net, every blob's statistics.
+
+    With ``init_net`` (for a predict net), parameter inputs are shown with their shapes.
+    """
+    try:
+        net = read_netdef(path)
+        params = {} if init_net is None else load_init_net(init_net, seed=seed)
+    except _USER_ERRORS as err:
+        raise error(str(err)) from None
+    print(f"net {net.name!r}: {len(net.ops)} ops")
+    if net.device_option is not None:
+        print(f"  device_option: {net.device_option}")
+    print(f"  external_input: {', '.join(net.external_input) or '-'}")
+    print(f"  external_output: {', '.join(net.external_output) or '-'}")
+    for k, op in enumerate(net.ops):
+        args = ", ".join(f"{name}={_short(value)}" for name, value in op.args.items())
+        inputs = [f"{b}{list(params[b].shape)}" if b in params else b for b in op.inputs]
+        print(f"op #{k} {op.type}({', '.join(inputs)}) -> {', '.join(op.outputs)}"
+              + (f" [{args}]" if args else ""))
+    replayable = net.ops and all(op.type in supported_ops() for op in net.ops)
+    if not replayable:
+        print("blobs: not an init net of fill ops; shapes come from running the net")
+        return 0
+    try:
+        blobs = load_init_net(net, seed=seed)
+    except _USER_ERRORS as err:
+        raise error(str(err)) from None
+    random = {out for op in net.ops if op.type in RANDOM_OPS for out in op.outputs}
+    print(f"blobs ({len(blobs)}):")
+    for name, array in blobs.items():
+        note = " (random: one draw)" if name in random else ""
+        print(f"  {name}: {_stats(array)}{note}")
+    return 0
+
+
+def convert(init_net, predict_net, output, input_shape, error=ValueError):
+    """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras)."""
+    try:
+        shape = tuple(int(d) for d in input_shape.split(","))
+    except ValueError:
+        raise error(f"--input-shape must be comma-separated ints such as 3,224,224, "
+                    f"got {input_shape!r}") from None
+    if not str(output).endswith(".keras"):
+        raise error(f"the output file must end in .keras, got {output!r}")
+    from tfinit.caffe2._to_keras import to_keras
+
+    try:
+        model = to_keras(predict_net, init_net, shape)
+        model.save(output)
+    except _USER_ERRORS as err:
+        raise error(str(err).splitlines()[0]) from None
+    print(f"wrote {output}: {len(model.layers)} layers, {model.count_params()} parameters, "
+          f"input {model.input_shape}, output {model.output_shape}")
+    from tfinit.caffe2._layers import Caffe2Pooling2D
+
+    if any(isinstance(layer, Caffe2Pooling2D) for layer in model.layers):
+        print("note: it uses tfinit's Caffe2Pooling2D layer: `import tfinit.caffe2` before "
+              "keras.saving.load_model")
+    return 0

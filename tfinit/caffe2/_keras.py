@@ -1,0 +1,287 @@
+"""Caffe2 parameters into Keras layers: ``load_into_keras``.
+
+Caffe2 names a layer's parameters ``<prefix>_w`` / ``<prefix>_b`` (SpatialBN:
+``_s``, ``_b``, ``_rm``, ``_riv``) and stores them in its own layouts; FACTS.md,
+"Keras import layout", gives the conversions used here:
+
+* FC ``[out, in]`` -> Dense kernel ``W.T``;
+* conv OIHW (any spatial rank) -> Keras ``(*spatial, in, out)``: ``W.transpose(2, 3, 1, 0)``;
+* an FC reading a conv output that Keras flattened channels-last gets its columns
+  reordered from Caffe2's C,H,W flatten order to H,W,C;
+* BatchNormalization gamma/beta/moving_mean/moving_variance = ``_s``/``_b``/``_rm``/``_riv``.
+"""
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping
+
+import keras
+import numpy as np
+
+from tfinit.caffe2._fill import load_init_net
+
+_CONV = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
+_SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
+    ((keras.layers.Dense,), (("kernel", "_w"), ("bias", "_b"))),
+    (_CONV, (("kernel", "_w"), ("bias", "_b"))),
+    ((keras.layers.BatchNormalization,),
+     (("gamma", "_s"), ("beta", "_b"), ("moving_mean", "_rm"), ("moving_variance", "_riv"))),
+)
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What ``load_into_keras`` did: every parameter is assigned or listed here."""
+
+    assigned: dict = dataclasses.field(default_factory=dict)  # blob -> "layer.attribute"
+    unused: list = dataclasses.field(default_factory=list)  # Caffe2 blobs nothing took
+    missing: list = dataclasses.field(default_factory=list)  # Keras weights left as they were
+    reordered: dict = dataclasses.field(default_factory=dict)  # Dense layer -> (C, *spatial)
+
+    def __str__(self):
+        lines = [f"assigned {len(self.assigned)} Caffe2 blobs"]
+        if self.reordered:
+            lines.append("FC columns reordered from C,H,W: " + ", ".join(
+                f"{k} {v}" for k, v in self.reordered.items()))
+        if self.unused:
+            lines.append("unused Caffe2 blobs: " + ", ".join(self.unused))
+        if self.missing:
+            lines.append("Keras weights not assigned: " + ", ".join(self.missing))
+        return "\n".join(lines)
+
+
+def _walk_layers(model):
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            yield from _walk_layers(layer)
+        else:
+            yield layer
+
+
+def _slots(layer):
+    for classes, slots in _SLOTS:
+        if isinstance(layer, classes):
+            return slots
+    return None
+
+
+# ---------------------------------------------------------------- layout conversion
+
+
+def fc_kernel(w, flattened_from=None):
+    """Dense kernel from a Caffe2 FC weight ``[out, in]``.
+
+    ``flattened_from=(C, *spatial)``: the FC reads a Caffe2 ``(C, *spatial)`` tensor that
+    Keras flattened channels-last, so Keras row ``(*spatial, c)`` is Caffe2 column
+    ``(c, *spatial)``.
+    """
+    if flattened_from is None:
+        return w.T
+    order = np.arange(math.prod(flattened_from)).reshape(flattened_from)
+    order = order.transpose(*range(1, len(flattened_from)), 0).reshape(-1)
+    return w[:, order].T
+
+
+def conv_kernel(w):
+    """Keras ``(*spatial, in, out)`` kernel from a Caffe2 ``(out, in, *spatial)`` weight."""
+    return w.transpose(*range(2, w.ndim), 1, 0)
+
+
+# ---------------------------------------------------------------- FC-after-conv detection
+
+
+def _history(tensor):
+    history = getattr(tensor, "_keras_history", None)
+    if history is None:
+        return None, ()
+    layer = history.operation
+    nodes = getattr(layer, "_inbound_nodes", [])
+    if history.node_index >= len(nodes):
+        return layer, ()
+    return layer, tuple(nodes[history.node_index].input_tensors)
+
+
+def _layout(tensor):
+    """'channels_last' / 'channels_first' of the layer that made ``tensor``, if known.
+
+    Walks back through rank-preserving layers (activations, BN, dropout, merges);
+    stops (None) at inputs, Permute, Reshape and anything that changes the rank.
+    """
+    for _ in range(1000):
+        layer, inputs = _history(tensor)
+        if layer is None:
+            return None
+        fmt = getattr(layer, "data_format", None)
+        if fmt in ("channels_last", "channels_first"):
+            return fmt
+        if isinstance(layer, (keras.layers.Permute, keras.layers.Reshape)) or not inputs:
+            return None
+        if len(inputs[0].shape) != len(tensor.shape):
+            return None
+        tensor = inputs[0]
+    return None
+
+
+def _flattened_from(dense):
+    """``(C, *spatial)`` when ``dense`` reads a channels-last conv output flattened by
+    Keras; None when the flatten order already is Caffe2's (or nothing was flattened);
+    ``...`` when the model has no graph to look at (subclassed models)."""
+    nodes = getattr(dense, "_inbound_nodes", [])
+    if not nodes:
+        return ...
+    tensor = nodes[0].input_tensors[0]
+    while True:  # skip 2-D pass-through layers (Dropout, Activation) after the flatten
+        layer, inputs = _history(tensor)
+        if layer is None or not inputs:
+            return None
+        if isinstance(layer, (keras.layers.Flatten, keras.layers.Reshape)):
+            break
+        if len(inputs) != 1 or tuple(inputs[0].shape) != tuple(tensor.shape):
+            return None
+        tensor = inputs[0]
+    source = inputs[0]
+    dims = tuple(source.shape[1:])
+    if len(dims) < 2 or len(tensor.shape) != 2:
+        return None
+    layout = _layout(source)
+    channels_first = bool(getattr(layer, "_channels_first", False))
+    if layout == "channels_last" and not channels_first:
+        return (dims[-1], *dims[:-1])
+    if layout == "channels_first" and channels_first:
+        return dims
+    if layout == "channels_last" and channels_first:
+        raise ValueError(
+            f"load_into_keras: Dense layer '{dense.name}' reads a channels_last tensor "
+            "flattened with Flatten(data_format='channels_first'); pass "
+            f"flattened_conv={{'{dense.name}': (C, H, W)}} to say how Caffe2 flattened it."
+        )
+    return None
+
+
+# ---------------------------------------------------------------- assignment
+
+
+def _blob_names(layer, slots, name_map):
+    entry = name_map.get(layer.name, layer.name)
+    if isinstance(entry, Mapping):
+        unknown = set(entry) - {attr for attr, _ in slots}
+        if unknown:
+            raise KeyError(
+                f"load_into_keras: name_map['{layer.name}'] names {sorted(unknown)}, which "
+                f"{type(layer).__name__} does not have; it has {[a for a, _ in slots]}."
+            )
+        return {attr: entry.get(attr) for attr, _ in slots}
+    if not isinstance(entry, str):
+        raise TypeError(
+            f"load_into_keras: name_map['{layer.name}'] must be a Caffe2 prefix (str) or a "
+            f"dict of Keras attribute -> blob, got {entry!r}."
+        )
+    return {attr: entry + suffix for attr, suffix in slots}
+
+
+def _convert(layer, attr, value, flattened_from):
+    if attr != "kernel":
+        return value
+    if isinstance(layer, keras.layers.Dense):
+        if value.ndim != 2:
+            raise ValueError(
+                f"load_into_keras: Dense layer '{layer.name}' needs a 2-D Caffe2 FC weight "
+                f"[out, in], got shape {value.shape}."
+            )
+        if flattened_from is not None and math.prod(flattened_from) != value.shape[1]:
+            raise ValueError(
+                f"load_into_keras: Dense layer '{layer.name}' reads a flattened {flattened_from} "
+                f"tensor ({math.prod(flattened_from)} values) but its Caffe2 weight has shape "
+                f"{value.shape}."
+            )
+        return fc_kernel(value, flattened_from)
+    if value.ndim < 3:
+        raise ValueError(
+            f"load_into_keras: {type(layer).__name__} layer '{layer.name}' needs a Caffe2 "
+            f"conv weight (out, in, *kernel), got shape {value.shape}."
+        )
+    return conv_kernel(value)
+
+
+def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=False):
+    """Assign Caffe2 parameters to the layers of a built Keras model, by layer name.
+
+    ``params``: ``{blob: array}`` or an init_net (path, bytes, NetDef; replayed with
+    :func:`load_init_net`). A layer named ``fc1`` takes ``fc1_w``/``fc1_b``;
+    ``name_map={layer name: Caffe2 prefix or {attribute: blob}}`` overrides that.
+    Dense, Conv1D/2D/3D and BatchNormalization layers are filled, layouts converted.
+    An FC that follows a flattened channels-last conv output is detected in Sequential
+    and functional models; subclassed models (no layer graph) say it with
+    ``flattened_conv={layer name: (C, H, W)}`` (the Caffe2 tensor the FC reads; ``None``
+    forces no reordering). Shape mismatches raise ``ValueError`` naming the layer and
+    both shapes. Returns a :class:`LoadReport`; ``strict=True`` raises ``ValueError``
+    when a blob is unused or a Keras weight is left unassigned.
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"load_into_keras: expected a keras.Model, got {type(model).__name__}.")
+    if not isinstance(params, Mapping):
+        params = load_init_net(params)
+    name_map = dict(name_map or {})
+    flattened_conv = dict(flattened_conv or {})
+    layers = list(_walk_layers(model))
+    names = {layer.name for layer in layers}
+    for option, mapping in (("name_map", name_map), ("flattened_conv", flattened_conv)):
+        unknown = sorted(set(mapping) - names)
+        if unknown:
+            raise KeyError(
+                f"load_into_keras: {option} names layer(s) {unknown} that the model does not "
+                f"have; layers: {sorted(names)}."
+            )
+    has_conv = any(isinstance(layer, _CONV) for layer in layers)
+    report = LoadReport()
+    for layer in layers:
+        slots = _slots(layer)
+        if slots is None:
+            report.missing.extend(f"{layer.name}.{w.path.rsplit('/', 1)[-1]}"
+                                  for w in layer.weights)
+            continue
+        if not layer.built:
+            raise ValueError(
+                f"load_into_keras: layer '{layer.name}' is not built; build the model "
+                "(call it on an input or give it an Input) before loading weights."
+            )
+        flattened_from = None
+        if isinstance(layer, keras.layers.Dense):
+            if layer.name in flattened_conv:
+                flattened_from = flattened_conv[layer.name]
+                flattened_from = None if flattened_from is None else tuple(flattened_from)
+            else:
+                flattened_from = _flattened_from(layer)
+                if flattened_from is ...:
+                    flattened_from = None
+                    if has_conv:
+                        warnings.warn(
+                            f"load_into_keras: cannot see what Dense layer '{layer.name}' of "
+                            "this subclassed model reads; if it is a flattened channels-last "
+                            f"conv output pass flattened_conv={{'{layer.name}': (C, H, W)}}.",
+                            stacklevel=2,
+                        )
+            if flattened_from is not None:
+                report.reordered[layer.name] = flattened_from
+        for attr, blob in _blob_names(layer, slots, name_map).items():
+            variable = getattr(layer, attr, None)
+            if variable is None:
+                continue  # use_bias=False, center=False, ...
+            if blob is None or blob not in params:
+                report.missing.append(f"{layer.name}.{attr}")
+                continue
+            value = _convert(layer, attr, np.asarray(params[blob]), flattened_from)
+            if tuple(value.shape) != tuple(variable.shape):
+                raise ValueError(
+                    f"load_into_keras: layer '{layer.name}' {attr}: Caffe2 blob '{blob}' has "
+                    f"shape {tuple(np.shape(params[blob]))} (in Keras layout "
+                    f"{tuple(value.shape)}) but the Keras weight has shape "
+                    f"{tuple(variable.shape)}."
+                )
+            variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
+            report.assigned[blob] = f"{layer.name}.{attr}"
+    report.unused = [blob for blob in params if blob not in report.assigned]
+    if strict and (report.unused or report.missing):
+        raise ValueError(f"load_into_keras (strict): not everything was assigned.\n{report}")
+    return report

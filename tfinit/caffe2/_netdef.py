@@ -1,0 +1,384 @@
+"""Caffe2 NetDef protobufs read and written without the caffe2 package.
+
+The message classes are built at runtime from a descriptor written here from
+Caffe2's field numbers (``caffe2.proto``: NetDef, OperatorDef, Argument,
+DeviceOption), in a private descriptor pool. Messages tfinit never looks inside
+(TensorProto, QTensorProto, PartitionInfo) are declared as ``bytes``: same wire
+format, kept opaque.
+
+``read_netdef`` returns a plain, typed Python view: :class:`NetDef`,
+:class:`Operator`, :class:`DeviceOption`; an argument's value type says which
+protobuf field held it (Caffe2's ops read one field only):
+
+==========  ==============================
+field       Python value
+==========  ==============================
+``f``       ``float`` (a float32 value)
+``i``       ``int``
+``s``       ``bytes``
+``floats``  ``numpy.ndarray`` of float32
+``ints``    ``numpy.ndarray`` of int64
+``strings`` ``list`` of ``bytes``
+``n``       :class:`NetDef`
+``nets``    ``list`` of :class:`NetDef`
+``t`` etc.  :class:`RawField` (undecoded bytes)
+none        ``None`` (a name only)
+==========  ==============================
+"""
+
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory, text_format
+
+_T = descriptor_pb2.FieldDescriptorProto
+_OPT, _REP = _T.LABEL_OPTIONAL, _T.LABEL_REPEATED
+_SCALARS = {
+    "string": _T.TYPE_STRING,
+    "bytes": _T.TYPE_BYTES,
+    "float": _T.TYPE_FLOAT,
+    "int32": _T.TYPE_INT32,
+    "int64": _T.TYPE_INT64,
+    "uint32": _T.TYPE_UINT32,
+    "bool": _T.TYPE_BOOL,
+}
+
+# Caffe2's caffe2.proto field numbers (shared/reference/caffe2/models/caffe2_proto_fields.json).
+# Unparsed sub-messages are "bytes".
+_FIELDS = {
+    "NetDef": [
+        ("name", 1, _OPT, "string"),
+        ("op", 2, _REP, "OperatorDef"),
+        ("type", 3, _OPT, "string"),
+        ("num_workers", 4, _OPT, "int32"),
+        ("device_option", 5, _OPT, "DeviceOption"),
+        ("arg", 6, _REP, "Argument"),
+        ("external_input", 7, _REP, "string"),
+        ("external_output", 8, _REP, "string"),
+        ("partition_info", 9, _REP, "bytes"),
+    ],
+    "OperatorDef": [
+        ("input", 1, _REP, "string"),
+        ("output", 2, _REP, "string"),
+        ("name", 3, _OPT, "string"),
+        ("type", 4, _OPT, "string"),
+        ("arg", 5, _REP, "Argument"),
+        ("device_option", 6, _OPT, "DeviceOption"),
+        ("engine", 7, _OPT, "string"),
+        ("control_input", 8, _REP, "string"),
+        ("is_gradient_op", 9, _OPT, "bool"),
+        ("debug_info", 10, _OPT, "string"),
+        ("domain", 11, _OPT, "string"),
+        ("op_version", 12, _OPT, "int64"),
+    ],
+    "Argument": [
+        ("name", 1, _OPT, "string"),
+        ("f", 2, _OPT, "float"),
+        ("i", 3, _OPT, "int64"),
+        ("s", 4, _OPT, "bytes"),
+        ("floats", 5, _REP, "float"),
+        ("ints", 6, _REP, "int64"),
+        ("strings", 7, _REP, "bytes"),
+        ("n", 8, _OPT, "NetDef"),
+        ("nets", 9, _REP, "NetDef"),
+        ("t", 10, _OPT, "bytes"),
+        ("tensors", 11, _REP, "bytes"),
+        ("qtensors", 12, _REP, "bytes"),
+    ],
+    "DeviceOption": [
+        ("device_type", 1, _OPT, "int32"),
+        ("device_id", 2, _OPT, "int32"),
+        ("random_seed", 3, _OPT, "uint32"),
+        ("node_name", 4, _OPT, "string"),
+        ("numa_node_id", 5, _OPT, "int32"),
+        ("extra_info", 6, _REP, "string"),
+    ],
+}
+
+
+def _message_classes():
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tfinit_caffe2_netdef.proto", package="caffe2", syntax="proto2"
+    )
+    for msg_name, fields in _FIELDS.items():
+        msg = proto.message_type.add(name=msg_name)
+        for name, number, label, kind in fields:
+            field = msg.field.add(name=name, number=number, label=label)
+            if kind in _SCALARS:
+                field.type = _SCALARS[kind]
+            else:
+                field.type = _T.TYPE_MESSAGE
+                field.type_name = f".caffe2.{kind}"
+    pool = descriptor_pool.DescriptorPool()  # private: never clashes with a real caffe2
+    pool.Add(proto)
+    # protobuf >= 4.22 has GetMessageClass; older ones (TF 2.16 allows 3.20) a factory.
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is None:
+        get_class = message_factory.MessageFactory(pool).GetPrototype
+    return {name: get_class(pool.FindMessageTypeByName(f"caffe2.{name}")) for name in _FIELDS}
+
+
+_PB = _message_classes()
+
+
+# ---------------------------------------------------------------- the typed view
+
+
+@dataclasses.dataclass(frozen=True)
+class RawField:
+    """An argument field tfinit does not decode (``t``, ``tensors``, ``qtensors``)."""
+
+    field: str
+    data: tuple
+
+
+@dataclasses.dataclass
+class DeviceOption:
+    device_type: int = 0
+    device_id: int = 0
+    random_seed: Optional[int] = None  # None: not set (Caffe2 then seeds from the clock)
+    node_name: str = ""
+
+
+@dataclasses.dataclass
+class Operator:
+    type: str
+    inputs: tuple = ()
+    outputs: tuple = ()
+    args: dict = dataclasses.field(default_factory=dict)
+    name: str = ""
+    engine: str = ""
+    device_option: Optional[DeviceOption] = None
+
+
+@dataclasses.dataclass
+class NetDef:
+    name: str = ""
+    ops: list = dataclasses.field(default_factory=list)
+    external_input: list = dataclasses.field(default_factory=list)
+    external_output: list = dataclasses.field(default_factory=list)
+    device_option: Optional[DeviceOption] = None
+    args: dict = dataclasses.field(default_factory=dict)
+    type: str = ""
+
+    def to_bytes(self):
+        """The serialized NetDef (the ``.pb`` file's contents)."""
+        return _encode_net(self).SerializeToString()
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def read_netdef(source):
+    """A :class:`NetDef` from a ``.pb`` path, ``.pbtxt`` path, bytes, or a NetDef.
+
+    Malformed input (truncated, corrupted, not a NetDef) raises ``ValueError``. A NetDef
+    built in Python comes back with its arguments typed as Caffe2 stores them.
+    """
+    if isinstance(source, NetDef):
+        return _decode_net(_encode_net(source))
+    text = False
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        text = path.endswith((".pbtxt", ".prototxt"))
+        with open(path, "rb") as handle:
+            data = handle.read()
+        where = path
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        data, where = bytes(source), "the given bytes"
+    else:
+        raise TypeError(
+            "read_netdef: expected a path, bytes or a NetDef, got "
+            f"{type(source).__name__}."
+        )
+    net = _PB["NetDef"]()
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), net)
+        else:
+            net.ParseFromString(data)
+        return _decode_net(net)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, _BadText) as err:
+        raise ValueError(f"read_netdef: {where} is not a valid Caffe2 NetDef ({err}).") from None
+    except RecursionError:
+        raise ValueError(f"read_netdef: {where} nests NetDefs too deeply.") from None
+
+
+class _BadText(Exception):
+    pass
+
+
+def _text(value, what="a string field"):
+    # proto2 does not validate UTF-8 on parse: upb hands invalid strings over as bytes.
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _BadText(f"{what} is not valid UTF-8: {value!r}") from None
+    return value
+
+
+def _texts(values, what):
+    return [_text(v, what) for v in values]
+
+
+def _decode_device_option(pb):
+    return DeviceOption(
+        device_type=pb.device_type,
+        device_id=pb.device_id,
+        random_seed=pb.random_seed if pb.HasField("random_seed") else None,
+        node_name=_text(pb.node_name, "a node name"),
+    )
+
+
+def _decode_arg(pb):
+    if pb.HasField("f"):
+        return float(np.float32(pb.f))
+    if pb.HasField("i"):
+        return int(pb.i)
+    if pb.HasField("s"):
+        return bytes(pb.s)
+    if pb.HasField("n"):
+        return _decode_net(pb.n)
+    if pb.HasField("t"):
+        return RawField("t", (bytes(pb.t),))
+    if len(pb.floats):
+        return np.asarray(pb.floats, dtype=np.float32)
+    if len(pb.ints):
+        return np.asarray(pb.ints, dtype=np.int64)
+    if len(pb.strings):
+        return [bytes(s) for s in pb.strings]
+    if len(pb.nets):
+        return [_decode_net(n) for n in pb.nets]
+    for name in ("tensors", "qtensors"):
+        if len(getattr(pb, name)):
+            return RawField(name, tuple(bytes(b) for b in getattr(pb, name)))
+    return None
+
+
+def _decode_args(pbs):
+    return {_text(a.name, "an argument name"): _decode_arg(a) for a in pbs}
+
+
+def _decode_op(pb):
+    return Operator(
+        type=_text(pb.type, "an operator type"),
+        inputs=tuple(_texts(pb.input, "an input name")),
+        outputs=tuple(_texts(pb.output, "an output name")),
+        args=_decode_args(pb.arg),
+        name=_text(pb.name, "an operator name"),
+        engine=_text(pb.engine, "an engine name"),
+        device_option=_decode_device_option(pb.device_option)
+        if pb.HasField("device_option")
+        else None,
+    )
+
+
+def _decode_net(pb):
+    return NetDef(
+        name=_text(pb.name, "a net name"),
+        ops=[_decode_op(op) for op in pb.op],
+        external_input=_texts(pb.external_input, "an external input name"),
+        external_output=_texts(pb.external_output, "an external output name"),
+        device_option=_decode_device_option(pb.device_option)
+        if pb.HasField("device_option")
+        else None,
+        args=_decode_args(pb.arg),
+        type=_text(pb.type, "a net type"),
+    )
+
+
+# ---------------------------------------------------------------- encoding
+
+
+def make_arg(name, value):
+    """``value`` as Caffe2's ``utils.MakeArgument`` stores it, read back as a typed value.
+
+    Floats pass through float32 (the ``f``/``floats`` fields), ints and bools become
+    int64, str becomes bytes. A mixed list raises ``TypeError`` naming the argument.
+    """
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        # Fast path for big tensors; same result as the protobuf round trip.
+        if value.dtype.kind == "f":
+            with np.errstate(over="ignore"):
+                return value.astype(np.float32).reshape(-1)
+        return value.astype(np.int64).reshape(-1)
+    pb = _PB["Argument"]()
+    _encode_arg(name, value, pb)
+    return _decode_arg(pb)
+
+
+
+def _encode_device_option(option, pb):
+    pb.device_type = option.device_type
+    pb.device_id = option.device_id
+    if option.random_seed is not None:
+        pb.random_seed = option.random_seed
+    if option.node_name:
+        pb.node_name = option.node_name
+
+
+def _encode_arg(name, value, pb):
+    """Fill an Argument the way Caffe2's ``utils.MakeArgument`` does."""
+    pb.name = name
+    if value is None:
+        return
+    if isinstance(value, RawField):
+        field = getattr(pb, value.field)
+        if value.field == "t":
+            pb.t = value.data[0]
+        else:
+            field.extend(value.data)
+    elif isinstance(value, (bool, int, np.integer, np.bool_)):
+        pb.i = int(value)
+    elif isinstance(value, (float, np.floating)):
+        pb.f = float(value)
+    elif isinstance(value, str):
+        pb.s = value.encode("utf-8")
+    elif isinstance(value, bytes):
+        pb.s = value
+    elif isinstance(value, NetDef):
+        pb.n.CopyFrom(_encode_net(value))
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        if value.dtype.kind == "f":
+            with np.errstate(over="ignore"):
+                pb.floats.extend(value.astype(np.float32).reshape(-1).tolist())
+        else:
+            pb.ints.extend(value.astype(np.int64).reshape(-1).tolist())
+    else:
+        items = list(value.reshape(-1)) if isinstance(value, np.ndarray) else list(value)
+        if items and all(isinstance(v, NetDef) for v in items):
+            pb.nets.extend(_encode_net(v) for v in items)
+        elif all(isinstance(v, (str, bytes)) for v in items):
+            pb.strings.extend(v.encode("utf-8") if isinstance(v, str) else v for v in items)
+        elif all(isinstance(v, (bool, int, np.integer, np.bool_)) for v in items):
+            pb.ints.extend(int(v) for v in items)
+        elif all(isinstance(v, (float, np.floating)) for v in items):
+            pb.floats.extend(float(v) for v in items)
+        else:
+            raise TypeError(
+                f"argument {name!r}: cannot store {value!r} in a Caffe2 Argument "
+                "(expected numbers, strings or NetDefs of one kind)."
+            )
+
+
+def _encode_net(net):
+    pb = _PB["NetDef"](name=net.name, type=net.type)
+    for op in net.ops:
+        op_pb = pb.op.add(
+            type=op.type, name=op.name, engine=op.engine,
+            input=list(op.inputs), output=list(op.outputs),
+        )
+        for key, value in op.args.items():
+            _encode_arg(key, value, op_pb.arg.add())
+        if op.device_option is not None:
+            _encode_device_option(op.device_option, op_pb.device_option)
+    for key, value in net.args.items():
+        _encode_arg(key, value, pb.arg.add())
+    pb.external_input.extend(net.external_input)
+    pb.external_output.extend(net.external_output)
+    if net.device_option is not None:
+        _encode_device_option(net.device_option, pb.device_option)
+    return pb
