@@ -14,7 +14,7 @@
 
 import numpy as np
 import tensorflow as tf
-from keras.src.backend.tensorflow.core import Variable as _KerasTFVariable
+import keras
 
 from tfinit.mixed_precision import _pairs
 
@@ -50,7 +50,7 @@ def _deps(op):
     return [] if op is None or tf.executing_eagerly() else tf.nest.flatten(op)
 
 
-class PairedVariable(_KerasTFVariable):
+class PairedVariable(keras.Variable):
     """A Keras variable with an fp32 master: assigns go to the master, numpy is the master."""
 
     def assign(self, value):
@@ -85,7 +85,7 @@ class PairedVariable(_KerasTFVariable):
 
 
 def _as_tensor(value):
-    if isinstance(value, (tf.Tensor, tf.Variable, _KerasTFVariable)):
+    if isinstance(value, (tf.Tensor, tf.Variable, keras.Variable)):
         return tf.convert_to_tensor(value)
     array = np.asarray(value)
     return tf.convert_to_tensor(array)
@@ -93,5 +93,5 @@ def _as_tensor(value):
 
 def adopt(keras_var):
     """Make a Keras variable created in the scope a ``PairedVariable``."""
-    if type(keras_var) is _KerasTFVariable:
+    if type(keras_var) is keras.Variable:
         keras_var.__class__ = PairedVariable
