@@ -176,7 +176,8 @@ def _check_strategy(settings):
 
 
 def _create(settings, next_creator, **kwargs):
-    if kwargs.get("variable_def") is not None:
+    if kwargs.get("variable_def") is not None or active_scope() is not settings:
+        # Only the innermost scope pairs (an outer scope's creator is further down the chain).
         return next_creator(**kwargs)
     trainable = kwargs.get("trainable")
     sync = kwargs.get("synchronization")
