@@ -180,7 +180,36 @@ def caffe2_nesterov_replay(w0, grads16, lr, mu):
     return out
 
 
-def test_nesterov_momentum_matches_caffe2_multi_precision_sgd():
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_caffe2_momentum_sgd_is_multi_precision_sgd_bit_for_bit(nesterov):
+    """FACTS.md, optimizer: MultiPrecisionSgd = HalfToFloat(grad), MomentumSGDUpdate on the
+    fp32 master, FloatToHalf(master) -> P; replayed here in numpy fp32 (Caffe2's kernel)."""
+    rng = np.random.default_rng(2)
+    w0 = rng.normal(size=(256,)).astype(np.float32)
+    grads = [rng.normal(size=(256,)).astype(np.float16) for _ in range(10)]
+    with mp.scope():
+        w = tf.Variable(w0)
+    opt = mp.MasterWeightOptimizer(mp.Caffe2MomentumSGD(0.01, momentum=0.9, nesterov=nesterov),
+                                   loss_scale=None)
+    lr, mu = np.float32(0.01), np.float32(0.9)
+    want, m = w0.copy(), np.zeros_like(w0)
+    step = tf.function(lambda g: opt.apply_gradients([(g, w)]))
+    for g16 in grads:
+        step(tf.constant(g16))
+        g = g16.astype(np.float32)
+        if nesterov:
+            m_new = mu * m + lr * g
+            want = want - ((np.float32(1) + mu) * m_new - mu * m)
+        else:
+            m_new = lr * g + mu * m
+            want = want - m_new
+        m = m_new
+        assert master(w).numpy().tobytes() == want.tobytes()
+        assert opt.inner_optimizer.momentums[0].numpy().tobytes() == m.tobytes()
+        assert w.numpy().tobytes() == want.astype(np.float16).tobytes()
+
+
+def test_keras_nesterov_sgd_matches_caffe2_up_to_rounding():
     rng = np.random.default_rng(1)
     w0 = rng.normal(size=(256,)).astype(np.float32)
     grads = [rng.normal(size=(256,)).astype(np.float16) for _ in range(10)]
