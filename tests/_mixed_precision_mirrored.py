@@ -25,7 +25,8 @@ kinds = type(_pairs.master_of(info)).__name__, type(_pairs.copy_of(info)).__name
 assert all("Mirrored" in k for k in kinds), kinds
 x = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
 y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32)
-ds = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat())
+ds = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat())
 it = iter(ds)
 @tf.function
 def step(batch, poison):

@@ -23,5 +23,6 @@ from tfinit.fills import (
     XavierFill,
     get,
 )
+from tfinit import mixed_precision
 
 __version__ = "0.1.0"

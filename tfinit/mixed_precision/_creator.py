@@ -16,6 +16,7 @@ Normalization layers constructed in a pseudo_fp16 scope without an explicit ``dt
 """
 
 import contextlib
+import sys
 import threading
 
 import keras
@@ -149,19 +150,32 @@ def scope(mode="pseudo_fp16", compute_dtype="float16"):
 
 
 def _keras_owner(initial_value):
-    """The Keras variable and initializer behind Keras's ``lambda: initializer(shape, dtype)``."""
+    """The Keras variable being created (and its initializer, when it has one), or None.
+
+    Keras's TF backend calls ``tf.Variable(lambda: initializer(shape, dtype), ...)`` from
+    ``Variable._initialize``; the lambda's closure holds the Keras variable and initializer.
+    A Keras variable made from a value is found on the call stack instead.
+    """
     code = getattr(initial_value, "__code__", None)
-    if code is None or "_initialize_with_initializer" not in getattr(
+    if code is not None and "_initialize_with_initializer" in getattr(
             initial_value, "__qualname__", ""):
-        return None, None
-    cells = dict(zip(code.co_freevars, initial_value.__closure__ or ()))
-    try:
-        owner, initializer = cells["self"].cell_contents, cells["initializer"].cell_contents
-    except (KeyError, ValueError):
-        return None, None
-    if not isinstance(owner, keras.Variable):
-        return None, None
-    return owner, initializer
+        cells = dict(zip(code.co_freevars, initial_value.__closure__ or ()))
+        try:
+            owner, initializer = (cells["self"].cell_contents,
+                                  cells["initializer"].cell_contents)
+        except (KeyError, ValueError):
+            owner, initializer = None, None
+        if isinstance(owner, keras.Variable):
+            return owner, initializer
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "_initialize" and isinstance(
+                frame.f_locals.get("self"), keras.Variable):
+            return frame.f_locals["self"], None
+        frame = frame.f_back
+    return None, None
 
 
 def _check_strategy(settings):
