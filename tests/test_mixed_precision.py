@@ -69,6 +69,38 @@ def test_reverse_sees_fp32_with_16bit_copy(compute_dtype):
     assert layer(np.ones((1, 2), np.float32)).dtype == tf.as_dtype(compute_dtype)
 
 
+def test_reverse_reads_cached_copy_with_keras_mixed_gradients():
+    x = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
+    with mp.scope("reverse", "float16"):
+        ours = keras.layers.Dense(2)
+        ours.build((None, 3))
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        ref = keras.layers.Dense(2)
+        ref.build((None, 3))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    ref.set_weights(ours.get_weights())
+
+    def run(layer):
+        with tf.GradientTape() as tape:
+            h = layer(x)  # the kernel is read twice: gradients from both reads accumulate
+            y = layer(tf.concat([h, h[:, :1]], axis=1))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        return y.numpy(), [g.numpy() for g in tape.gradient(loss, layer.trainable_variables)]
+
+    (y1, g1), (y2, g2) = run(ours), run(ref)
+    assert y1.dtype == np.float16 and y1.tobytes() == y2.tobytes()
+    for a, b in zip(g1, g2):
+        assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
+    # The forward pass reads the cached copy: a master changed behind its back is not seen
+    # until the copy is refreshed.
+    ours.kernel.value.assign(tf.zeros((3, 2)))
+    assert run(ours)[0].tobytes() == y1.tobytes()
+    mp.sync_copies(ours)
+    assert run(ours)[0].tobytes() != y1.tobytes()
+
+
 def test_scope_restores_policy_and_nests():
     before = keras.config.dtype_policy().name
     with mp.scope("pseudo_fp16", "bfloat16"):
