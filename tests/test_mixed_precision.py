@@ -348,6 +348,20 @@ def test_16bit_variable_without_master_is_an_error():
                                 layer.trainable_variables))
 
 
+def test_weight_decay_exclusion_reaches_the_masters():
+    with mp.scope():
+        layer = keras.layers.Dense(2, kernel_initializer="ones", bias_initializer="ones")
+        layer.build((None, 2))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0, weight_decay=0.5),
+                                   loss_scale=None)
+    opt.exclude_from_weight_decay(var_list=[layer.bias])
+    opt.apply_gradients(zip([tf.zeros((2, 2), tf.float16), tf.zeros(2, tf.float16)],
+                            layer.trainable_variables))
+    np.testing.assert_array_equal(master(layer.kernel).numpy(), np.full((2, 2), 0.5))
+    np.testing.assert_array_equal(master(layer.bias).numpy(), np.ones(2))
+    assert_copies_synced(layer.weights)
+
+
 def test_fp32_variables_without_master_update_normally():
     v = tf.Variable([1.0])
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.5), loss_scale=4.0)
