@@ -31,5 +31,6 @@ from tfinit.initializers import (
     ReversePseudoFP16Initializer,
     update_initializer,
 )
+from tfinit import mixed_precision
 
 __version__ = "0.1.0"

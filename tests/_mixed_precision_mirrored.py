@@ -1,0 +1,88 @@
+"""Run by test_mixed_precision_distribute.py in a fresh process (needs 2 logical CPUs)."""
+import os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+# 1. outside strategy scope -> clear error
+try:
+    with mp.scope():
+        with strategy.scope():
+            tf.Variable(1.0)
+    print("NO ERROR"); sys.exit(1)
+except ValueError as e:
+    assert "inside the strategy's scope" in str(e), e
+with strategy.scope(), mp.scope("pseudo_fp16", "float16"):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.05, momentum=0.9))
+    opt.build(model.trainable_variables)
+info = mp.parameter_info(model.layers[0].kernel)
+kinds = type(_pairs.master_of(info)).__name__, type(_pairs.copy_of(info)).__name__
+assert all("Mirrored" in k for k in kinds), kinds
+x = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32)
+ds = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat())
+it = iter(ds)
+@tf.function
+def step(batch, poison):
+    def fn(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((tf.cast(model(xb), tf.float32) - yb) ** 2) / 8.0
+            scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        bad = tf.logical_and(poison, tf.equal(rid, 1))   # overflow on replica 1 only
+        grads = [tf.where(bad, tf.constant(np.inf, g.dtype), g) for g in grads]
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(fn, args=batch), axis=None)
+losses = [float(step(next(it), tf.constant(False))) for _ in range(20)]
+assert losses[-1] < 0.2 * losses[0], losses
+def state():
+    out = []
+    for v in model.trainable_variables:
+        i = mp.parameter_info(v)
+        for var in (_pairs.master_of(i), _pairs.copy_of(i)):
+            out += [c.numpy().tobytes() for c in var.values]
+    return out + [s.numpy().tobytes() for s in opt.inner_optimizer.variables]
+before, scale = state(), float(opt.dynamic_scale.numpy())
+step(next(it), tf.constant(True))
+assert state() == before, "non-finite step on one replica changed state"
+assert float(opt.dynamic_scale.numpy()) == scale / 2
+for v in model.trainable_variables:
+    i = mp.parameter_info(v)
+    for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values):
+        np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
+# model.fit under the strategy, reverse mode, bfloat16.
+keras.utils.set_random_seed(0)
+with strategy.scope(), mp.scope("reverse", "bfloat16"):
+    fmodel = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8, activation="relu"),
+                               keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+    fmodel.compile(mp.MasterWeightOptimizer(keras.optimizers.Adam(3e-2)), "mse")
+first = fmodel.evaluate(x, y, verbose=0)
+fmodel.fit(x, y, epochs=14, batch_size=8, verbose=0)
+last = fmodel.evaluate(x, y, verbose=0)
+print("fit", first, last)
+assert last < 0.5 * first
+import tempfile
+path = tf.train.Checkpoint(model=fmodel).write(os.path.join(tempfile.mkdtemp(), "ck"))
+saved = [_pairs.master_of(_pairs.lookup(v)).numpy().tobytes() for v in fmodel.trainable_variables]
+for v in fmodel.trainable_variables:  # clobber masters, then restore them
+    with strategy.scope():
+        _pairs.master_of(_pairs.lookup(v)).assign(tf.zeros(v.shape))
+mp.sync_copies(fmodel)  # outside the strategy scope
+assert _pairs.copy_of(_pairs.lookup(fmodel.trainable_variables[0])).numpy().max() == 0
+tf.train.Checkpoint(model=fmodel).read(path).assert_consumed()
+assert saved == [_pairs.master_of(_pairs.lookup(v)).numpy().tobytes()
+                 for v in fmodel.trainable_variables]
+for v in fmodel.trainable_variables:
+    i = _pairs.lookup(v)
+    assert i is not None
+    for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values):
+        np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
+print("OK")

@@ -1,0 +1,463 @@
+"""tfinit.mixed_precision: scope, parameter_info, MasterWeightOptimizer, sync_copies."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfinit import mixed_precision as mp  # noqa: E402
+from tfinit.mixed_precision import _pairs  # noqa: E402
+
+MODES = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
+         ("reverse", "float16"), ("reverse", "bfloat16")]
+
+
+def master(v):
+    return _pairs.master_of(mp.parameter_info(v))
+
+
+def copy(v):
+    return _pairs.copy_of(mp.parameter_info(v))
+
+
+def assert_copies_synced(variables):
+    n = 0
+    for v in variables:
+        info = _pairs.lookup(v)
+        if info is None:
+            continue
+        c, m = _pairs.copy_of(info), _pairs.master_of(info)
+        assert m.dtype == tf.float32
+        np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
+        n += 1
+    assert n > 0
+
+
+# ---------------------------------------------------------------- scope ---------------
+def test_pseudo_fp16_dense_sees_16bit_copy_with_fp32_master():
+    with mp.scope("pseudo_fp16", "float16"):
+        layer = keras.layers.Dense(3, kernel_initializer=keras.initializers.Constant(0.1))
+        layer.build((2,))
+    info = mp.parameter_info(layer.kernel)
+    assert info.param is layer.kernel
+    assert layer.kernel.dtype == "float16"
+    fp32 = info.blob_copy[tf.float32]
+    assert fp32.dtype == tf.float32 and fp32.name.endswith("kernel_fp32:0")
+    # Master filled in fp32 (Caffe2 PseudoFP16Initializer), copy is its cast.
+    np.testing.assert_array_equal(fp32.numpy(), np.full((2, 3), 0.1, np.float32))
+    np.testing.assert_array_equal(layer.kernel.numpy(), np.full((2, 3), 0.1, np.float16))
+    y = layer(np.ones((1, 2), np.float32))
+    assert y.dtype == tf.float16
+
+
+def test_initializer_that_only_fills_16bit_falls_back_to_the_16bit_value():
+    def only_half(shape, dtype=None):
+        if dtype != "float16":
+            raise ValueError("float16 only")
+        return tf.fill(shape, tf.constant(0.1, tf.float16))
+
+    with mp.scope("pseudo_fp16", "float16"):
+        layer = keras.layers.Dense(2, kernel_initializer=only_half)
+        layer.build((None, 2))
+    np.testing.assert_array_equal(master(layer.kernel).numpy(),
+                                  np.full((2, 2), np.float16(0.1), np.float32))
+    assert_copies_synced(layer.weights)
+
+
+@pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
+def test_reverse_sees_fp32_with_16bit_copy(compute_dtype):
+    with mp.scope("reverse", compute_dtype):
+        layer = keras.layers.Dense(3)
+        layer.build((2,))
+    info = mp.parameter_info(layer.kernel)
+    assert layer.kernel.dtype == "float32"
+    (key,) = info.blob_copy
+    assert key == tf.as_dtype(compute_dtype)
+    suffix = "_fp16" if compute_dtype == "float16" else "_bf16"
+    assert info.blob_copy[key].name.endswith("kernel" + suffix + ":0")
+    assert_copies_synced(layer.weights)
+    assert layer(np.ones((1, 2), np.float32)).dtype == tf.as_dtype(compute_dtype)
+
+
+def test_reverse_reads_cached_copy_with_keras_mixed_gradients():
+    x = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
+    with mp.scope("reverse", "float16"):
+        ours = keras.layers.Dense(2)
+        ours.build((None, 3))
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        ref = keras.layers.Dense(2)
+        ref.build((None, 3))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    ref.set_weights(ours.get_weights())
+
+    def run(layer):
+        with tf.GradientTape() as tape:
+            h = layer(x)  # the kernel is read twice: gradients from both reads accumulate
+            y = layer(tf.concat([h, h[:, :1]], axis=1))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        return y.numpy(), [g.numpy() for g in tape.gradient(loss, layer.trainable_variables)]
+
+    (y1, g1), (y2, g2) = run(ours), run(ref)
+    assert y1.dtype == np.float16 and y1.tobytes() == y2.tobytes()
+    for a, b in zip(g1, g2):
+        assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
+    # The forward pass reads the cached copy: a master changed behind its back is not seen
+    # until the copy is refreshed.
+    ours.kernel.value.assign(tf.zeros((3, 2)))
+    assert run(ours)[0].tobytes() == y1.tobytes()
+    mp.sync_copies(ours)
+    assert run(ours)[0].tobytes() != y1.tobytes()
+
+
+def test_scope_restores_policy_and_nests():
+    before = keras.config.dtype_policy().name
+    with mp.scope("pseudo_fp16", "bfloat16"):
+        assert keras.config.dtype_policy().name == "bfloat16"
+        with mp.scope("reverse", "float16"):
+            assert keras.config.dtype_policy().name == "mixed_float16"
+            inner = tf.Variable(1.0)
+        assert keras.config.dtype_policy().name == "bfloat16"
+        outer = tf.Variable(1.0)
+    assert keras.config.dtype_policy().name == before
+    assert inner.dtype == tf.float32 and tf.float16 in mp.parameter_info(inner).blob_copy
+    assert outer.dtype == tf.bfloat16 and tf.float32 in mp.parameter_info(outer).blob_copy
+    plain = tf.Variable(1.0)
+    assert _pairs.lookup(plain) is None and plain.dtype == tf.float32
+    # Normalization classes are restored too.
+    assert keras.layers.BatchNormalization().dtype_policy.name == before
+
+
+def test_scope_restores_state_after_exception():
+    before = keras.config.dtype_policy().name
+    with pytest.raises(RuntimeError):
+        with mp.scope():
+            raise RuntimeError("boom")
+    assert keras.config.dtype_policy().name == before
+    assert _pairs.lookup(tf.Variable(1.0)) is None
+
+
+def test_normalization_layers_keep_fp32_and_explicit_fp32_untouched():
+    with mp.scope("pseudo_fp16", "float16"):
+        bn = keras.layers.BatchNormalization()
+        ln = keras.layers.LayerNormalization()
+        gn = keras.layers.GroupNormalization(groups=2)
+        gn.build((None, 4))
+        dense32 = keras.layers.Dense(2, dtype="float32")
+        bn.build((None, 4))
+        ln.build((None, 4))
+        dense32.build((None, 4))
+    for v in bn.weights + ln.weights + gn.weights + dense32.weights:
+        assert v.dtype == "float32", v.path
+        assert _pairs.lookup(v) is None
+    assert bn(np.ones((2, 4), np.float16)).dtype == tf.float16
+
+
+def test_keras_variable_from_value_keeps_its_dtype():
+    with mp.scope("pseudo_fp16", "float16"):
+        explicit32 = keras.Variable(np.ones(3, np.float32), dtype="float32")
+        asked16 = keras.Variable(np.full(3, 0.1, np.float32), dtype="float16")
+    assert explicit32.dtype == "float32" and explicit32.value.dtype == tf.float32
+    assert _pairs.lookup(explicit32) is None
+    assert asked16.value.dtype == tf.float16
+    np.testing.assert_array_equal(master(asked16).numpy(),
+                                  np.full(3, 0.1, np.float16).astype(np.float32))
+
+
+def test_non_floating_and_non_trainable_untouched():
+    with mp.scope():
+        i = tf.Variable([1, 2], dtype=tf.int32)
+        frozen = tf.Variable([1.0], trainable=False)
+        d = tf.Variable([1.0], dtype=tf.float64)
+    assert i.dtype == tf.int32 and frozen.dtype == tf.float32 and d.dtype == tf.float64
+    assert all(_pairs.lookup(v) is None for v in (i, frozen, d))
+
+
+def test_raw_tf_module_in_scope():
+    class Affine(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(np.full((2,), 1.0 + 2**-20, np.float32), name="w")
+
+    with mp.scope():
+        mod = Affine()
+    info = mp.parameter_info(mod.w)
+    assert info.param is mod.w and mod.w.dtype == tf.float16
+    # The master keeps the fp32 value exactly; the copy is its rounding.
+    assert info.blob_copy[tf.float32].numpy()[0] == np.float32(1.0 + 2**-20)
+    assert mod.w.numpy()[0] == np.float16(1.0)
+    assert [v.name for v in mod.trainable_variables] == ["w:0"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mode": "fp16"}, "mode must be one of"),
+    ({"compute_dtype": "float32"}, "compute_dtype must be one of"),
+])
+def test_scope_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        with mp.scope(**kwargs):
+            pass
+
+
+def test_parameter_info_of_unpaired_variable_raises():
+    with pytest.raises(ValueError, match="not created inside tfinit.mixed_precision.scope"):
+        mp.parameter_info(tf.Variable(1.0))
+
+
+# ------------------------------------------------------------- optimizer --------------
+def test_paper_effect_sgd_100_steps():
+    """arXiv 1710.03740: 1.0 - 100 * 1e-4 is representable in the master, not in fp16."""
+    with mp.scope("pseudo_fp16", "float16"):
+        w = tf.Variable(1.0)
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1e-4), loss_scale=None)
+    plain_w = tf.Variable(1.0, dtype=tf.float16)
+    plain = keras.optimizers.SGD(1e-4)
+    for _ in range(100):
+        opt.apply_gradients([(tf.constant(1.0, tf.float16), w)])
+        plain.apply_gradients([(tf.constant(1.0, tf.float16), plain_w)])
+    m = master(w).numpy()
+    assert abs(m - 0.99) < 100 * np.spacing(np.float32(1.0))  # 100 fp32 roundings
+    assert w.numpy() == np.float16(m) and w.numpy() == np.float16(0.99)
+    assert plain_w.numpy() == np.float16(1.0)
+
+
+def caffe2_nesterov_replay(w0, grads16, lr, mu):
+    """Caffe2 MultiPrecisionSgd: HalfToFloat(grad), MomentumSGDUpdate(nesterov) in fp32."""
+    lr, mu = np.float32(lr), np.float32(mu)
+    master, m = w0.astype(np.float32), np.zeros_like(w0, np.float32)
+    out = []
+    for g16 in grads16:
+        g = g16.astype(np.float32)
+        m_new = mu * m + lr * g
+        master = master - ((np.float32(1) + mu) * m_new - mu * m)
+        m = m_new
+        out.append(master.copy())
+    return out
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_caffe2_momentum_sgd_is_multi_precision_sgd_bit_for_bit(nesterov):
+    """FACTS.md, optimizer: MultiPrecisionSgd = HalfToFloat(grad), MomentumSGDUpdate on the
+    fp32 master, FloatToHalf(master) -> P; replayed here in numpy fp32 (Caffe2's kernel)."""
+    rng = np.random.default_rng(2)
+    w0 = rng.normal(size=(256,)).astype(np.float32)
+    grads = [rng.normal(size=(256,)).astype(np.float16) for _ in range(10)]
+    with mp.scope():
+        w = tf.Variable(w0)
+    opt = mp.MasterWeightOptimizer(mp.Caffe2MomentumSGD(0.01, momentum=0.9, nesterov=nesterov),
+                                   loss_scale=None)
+    lr, mu = np.float32(0.01), np.float32(0.9)
+    want, m = w0.copy(), np.zeros_like(w0)
+    step = tf.function(lambda g: opt.apply_gradients([(g, w)]))
+    for g16 in grads:
+        step(tf.constant(g16))
+        g = g16.astype(np.float32)
+        if nesterov:
+            m_new = mu * m + lr * g
+            want = want - ((np.float32(1) + mu) * m_new - mu * m)
+        else:
+            m_new = lr * g + mu * m
+            want = want - m_new
+        m = m_new
+        assert master(w).numpy().tobytes() == want.tobytes()
+        assert opt.inner_optimizer.momentums[0].numpy().tobytes() == m.tobytes()
+        assert w.numpy().tobytes() == want.astype(np.float16).tobytes()
+
+
+def test_keras_nesterov_sgd_matches_caffe2_up_to_rounding():
+    rng = np.random.default_rng(1)
+    w0 = rng.normal(size=(256,)).astype(np.float32)
+    grads = [rng.normal(size=(256,)).astype(np.float16) for _ in range(10)]
+    with mp.scope():
+        w = tf.Variable(w0)
+    opt = mp.MasterWeightOptimizer(
+        keras.optimizers.SGD(0.01, momentum=0.9, nesterov=True), loss_scale=None)
+    expected = caffe2_nesterov_replay(w0, grads, 0.01, 0.9)
+    slot = None
+    for g, want in zip(grads, expected):
+        opt.apply_gradients([(tf.constant(g), w)])
+        slot = opt.inner_optimizer.momentums[0]
+        got = master(w).numpy()
+        # Keras computes the nesterov step as mu*m' - lr*g, Caffe2 as (1+mu)*m' - mu*m:
+        # equal in exact arithmetic; in fp32 each step may differ by a few roundings of
+        # |m| (bounded here by 8 ulps of the largest momentum per step, summed).
+        bound = 8 * np.finfo(np.float32).eps * np.abs(slot.numpy()).max() * len(expected)
+        np.testing.assert_allclose(got, want, rtol=0, atol=bound)
+        np.testing.assert_array_equal(w.numpy(), got.astype(np.float16))
+    assert slot.dtype == "float32"
+    # ...and they do differ (measured: ~17% of elements by 1-2 ulps after 10 steps), which
+    # is why Caffe2MomentumSGD exists for bit-exact MultiPrecisionSgd.
+    assert not np.array_equal(master(w).numpy(), expected[-1])
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_non_finite_gradient_leaves_everything_bit_identical(bad):
+    with mp.scope():
+        w = tf.Variable(np.linspace(-1, 1, 8).astype(np.float32))
+        b = tf.Variable(np.ones(3, np.float32))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2))
+    good = [tf.ones(8, tf.float16), tf.ones(3, tf.float16)]
+    opt.apply_gradients(zip(good, [w, b]))
+    snapshot = [v.numpy().copy() for v in (w, b, master(w), master(b))]
+    slots = [v.numpy().copy() for v in opt.inner_optimizer.variables]
+    scale = float(opt.dynamic_scale.numpy())
+    poisoned = tf.tensor_scatter_nd_update(tf.ones(8, tf.float16), [[3]], [bad])
+    step = tf.function(lambda g0, g1: opt.apply_gradients(zip([g0, g1], [w, b])))
+    step(poisoned, good[1])
+    for before, after in zip(snapshot, [w, b, master(w), master(b)]):
+        assert before.tobytes() == after.numpy().tobytes()
+    for before, after in zip(slots, opt.inner_optimizer.variables):
+        assert before.tobytes() == after.numpy().tobytes()
+    assert float(opt.dynamic_scale.numpy()) == scale / 2
+    step(good[0], good[1])  # and training resumes
+    assert not np.array_equal(master(w).numpy(), snapshot[2])
+
+
+def test_dynamic_scale_constants_and_unscaling():
+    with mp.scope():
+        w = tf.Variable([0.0])
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0))
+    assert float(opt.scale_loss(tf.constant(1.0))) == 2.0**15
+    loss_grad = lambda: tf.constant([3.0 * 2.0**15], tf.float32)  # noqa: E731
+    opt.apply_gradients([(loss_grad(), w)])
+    assert master(w).numpy()[0] == -3.0  # unscaled before the update
+    opt.step_counter.assign(1998)  # the 1999th consecutive finite step: no growth yet
+    opt.apply_gradients([(loss_grad(), w)])
+    assert float(opt.dynamic_scale.numpy()) == 2.0**15 and int(opt.step_counter.numpy()) == 1999
+    opt.apply_gradients([(loss_grad(), w)])  # the 2000th: the scale doubles
+    assert float(opt.dynamic_scale.numpy()) == 2.0**16 and int(opt.step_counter.numpy()) == 0
+
+
+def test_custom_loop_tf_function_with_scale_loss():
+    with mp.scope("pseudo_fp16", "float16"):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.05))
+    x = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((tf.cast(model(x), tf.float32) - y) ** 2)
+            scaled = opt.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    losses = [float(step()) for _ in range(60)]
+    assert losses[-1] < 0.1 * losses[0]
+    assert_copies_synced(model.weights)
+
+
+def test_16bit_variable_without_master_is_an_error():
+    with mp.scope():
+        layer = keras.layers.Dense(2)  # constructed in the scope, built outside: no masters
+    layer.build((None, 3))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD())
+    with pytest.raises(ValueError, match=r"dense.*kernel.*no fp32 master.*inside "
+                                         r"tfinit.mixed_precision.scope"):
+        opt.apply_gradients(zip([tf.ones((3, 2), tf.float16), tf.ones(2, tf.float16)],
+                                layer.trainable_variables))
+
+
+def test_weight_decay_exclusion_reaches_the_masters():
+    with mp.scope():
+        layer = keras.layers.Dense(2, kernel_initializer="ones", bias_initializer="ones")
+        layer.build((None, 2))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0, weight_decay=0.5),
+                                   loss_scale=None)
+    opt.exclude_from_weight_decay(var_list=[layer.bias])
+    opt.apply_gradients(zip([tf.zeros((2, 2), tf.float16), tf.zeros(2, tf.float16)],
+                            layer.trainable_variables))
+    np.testing.assert_array_equal(master(layer.kernel).numpy(), np.full((2, 2), 0.5))
+    np.testing.assert_array_equal(master(layer.bias).numpy(), np.ones(2))
+    assert_copies_synced(layer.weights)
+
+
+def test_fp32_variables_without_master_update_normally():
+    v = tf.Variable([1.0])
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.5), loss_scale=4.0)
+    opt.apply_gradients([(tf.constant([4.0]), v)])  # gradient of a loss scaled by 4
+    assert v.numpy()[0] == 0.5
+
+
+@pytest.mark.parametrize("bad", [object(), "sgd", None])
+def test_non_keras_optimizer_is_type_error(bad):
+    with pytest.raises(TypeError, match="wraps a Keras 3 optimizer"):
+        mp.MasterWeightOptimizer(bad)
+
+
+def test_bad_loss_scale():
+    with pytest.raises(ValueError, match="loss_scale must be"):
+        mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=-1.0)
+
+
+def test_sync_copies_after_manual_master_assign():
+    with mp.scope("pseudo_fp16", "bfloat16"):
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+    k = model.layers[0].kernel
+    master(k).assign(tf.fill((2, 2), 3.140625 + 2**-10))
+    assert mp.sync_copies(model) == 2
+    assert_copies_synced(model.weights)
+    assert k.numpy()[0, 0] == tf.cast(3.140625 + 2**-10, tf.bfloat16).numpy()
+    with pytest.raises(TypeError, match="sync_copies expects"):
+        mp.sync_copies(3)
+
+
+# ------------------------------------------------------------------- fit --------------
+def _model():
+    tokens = keras.Input((6,), dtype="int32")
+    x = keras.layers.Embedding(10, 4)(tokens)
+    x = keras.layers.Reshape((6, 4, 1))(x)
+    x = keras.layers.Conv2D(2, 3, padding="same")(x)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.LayerNormalization()(x)
+    out = keras.layers.Dense(1, dtype="float32")(keras.layers.Dense(8, activation="relu")(x))
+    return keras.Model(tokens, out)
+
+
+@pytest.mark.parametrize("mode, compute_dtype", MODES)
+def test_fit_converges_each_mode_and_dtype(mode, compute_dtype):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 10, size=(64, 6)).astype("int32")
+    y = (x.sum(axis=1, keepdims=True) / 30.0 - 1.0).astype("float32")
+    keras.utils.set_random_seed(0)
+    with mp.scope(mode, compute_dtype):
+        model = _model()
+    kinds = {type(layer).__name__: [v.dtype for v in layer.weights] for layer in model.layers}
+    sixteen = compute_dtype if mode == "pseudo_fp16" else "float32"
+    assert kinds["Embedding"] == [sixteen] and set(kinds["Conv2D"]) == {sixteen}
+    assert set(kinds["BatchNormalization"]) == {"float32"}
+    # XLA (what jit_compile="auto" picks on GPUs) for one dtype per mode.
+    model.compile(mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2)), "mse",
+                  jit_compile=compute_dtype == "float16")
+    first = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=8, batch_size=16, verbose=0)
+    last = model.evaluate(x, y, verbose=0)
+    assert last < 0.5 * first, (first, last)
+    assert_copies_synced(model.weights)
+    # Adam's slots for paired variables live on the masters, in fp32.
+    assert {v.dtype for v in model.optimizer.inner_optimizer.variables} <= {"float32", "int64"}
+
+
+def test_softmax_classifier_with_crossentropy_trains_in_pseudo_fp16():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    labels = np.argmax(x[:, :3], axis=1)
+    keras.utils.set_random_seed(1)
+    with mp.scope("pseudo_fp16", "float16"):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(3, activation="softmax")])
+    assert model(x).dtype == tf.float16
+    model.compile(mp.MasterWeightOptimizer(keras.optimizers.Adam(3e-2)),
+                  "sparse_categorical_crossentropy", metrics=["accuracy"])
+    before = model.evaluate(x, labels, verbose=0)[1]
+    model.fit(x, labels, epochs=10, batch_size=32, verbose=0)
+    loss, after = model.evaluate(x, labels, verbose=0)
+    assert np.isfinite(loss) and after >= 0.85 and after > before, (before, after)
+    assert_copies_synced(model.weights)

@@ -1,0 +1,60 @@
+"""Caffe2MomentumSGD: Caffe2's MomentumSGDUpdate operator as a Keras 3 optimizer.
+
+Caffe2 (momentum_sgd_op.h, fp32): with ``lr`` and ``mu``
+- nesterov:  ``m' = mu*m + lr*g;  param -= (1 + mu)*m' - mu*m``
+- otherwise: ``m' = lr*g + mu*m;  param -= m'``
+Keras's ``SGD(momentum=mu, nesterov=True)`` keeps ``-m`` and applies
+``param += mu*m' - lr*g``: the same step in exact arithmetic, rounded differently in fp32
+(a few ulps of ``|m|`` per step). ``MasterWeightOptimizer(Caffe2MomentumSGD(lr, 0.9))`` is
+Caffe2's MultiPrecisionSgd bit for bit (nesterov defaults to True, as Caffe2's builder).
+Sparse gradients are densified (Caffe2 rejected them).
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2MomentumSGD(keras.optimizers.Optimizer):
+    """Momentum SGD with Caffe2's exact update rule (see module docstring)."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=True,
+                 name="caffe2_momentum_sgd", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if not isinstance(momentum, (int, float)) or not 0 <= momentum <= 1:
+            raise ValueError(
+                f"Caffe2MomentumSGD: momentum must be a float in [0, 1], got {momentum!r}.")
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        # Caffe2 creates <P>_momentum (fp32 zeros) even when momentum is 0.
+        self.momentums = self.add_optimizer_variables(variables, "momentum")
+
+    def update_step(self, gradient, variable, learning_rate):
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        mu = ops.cast(self.momentum, dtype)
+        g = ops.cast(gradient, dtype)
+        m_var = self.momentums[self._get_variable_index(variable)]
+        m = ops.convert_to_tensor(m_var)
+        if self.nesterov:
+            m_new = ops.add(ops.multiply(mu, m), ops.multiply(lr, g))
+            step = ops.subtract(ops.multiply(ops.add(ops.cast(1.0, dtype), mu), m_new),
+                                ops.multiply(mu, m))
+        else:
+            m_new = ops.add(ops.multiply(lr, g), ops.multiply(mu, m))
+            step = m_new
+        self.assign(m_var, m_new)
+        self.assign_sub(variable, step)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"momentum": self.momentum, "nesterov": self.nesterov})
+        return config

@@ -1,0 +1,234 @@
+"""MasterWeightOptimizer: a Keras optimizer wrapper that updates fp32 masters.
+
+Per step (Caffe2's MultiPrecisionSgd generalised to any Keras optimizer): gradients of
+paired variables are cast to fp32 and unscaled, the inner optimizer updates the fp32
+masters (so its slots are fp32), and the 16-bit copies are re-cast from the masters.
+
+Loss scaling (``loss_scale``):
+- ``"dynamic"``: Keras's LossScaleOptimizer constants: initial scale 2**15, doubled after
+  2000 consecutive finite steps, halved on a non-finite step (no lower bound).
+- a float: a fixed scale. ``None``: no scaling.
+In every case a step with a non-finite gradient on any replica is skipped on all replicas:
+masters, copies and optimizer slots are left bit-identical.
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+from keras.src.backend.common.name_scope import name_scope
+
+from tfinit.mixed_precision import _pairs
+
+INITIAL_SCALE = 2.0**15
+GROWTH_STEPS = 2000
+
+
+def _map_values(grad, fn):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(fn(grad.values), grad.indices, grad.dense_shape)
+    return fn(grad)
+
+
+def _values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class MasterWeightOptimizer(keras.optimizers.Optimizer):
+    """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables.
+
+    Use it in ``model.compile(optimizer=MasterWeightOptimizer(keras.optimizers.Adam()))``
+    or in a custom loop: ``loss = opt.scale_loss(loss)`` inside the tape, then
+    ``opt.apply_gradients(zip(grads, variables))``. Variables without a master (fp32
+    variables, normalization layers) are updated by the inner optimizer directly; a 16-bit
+    variable without a master is an error.
+    """
+
+    def __init__(self, optimizer, loss_scale="dynamic", name=None, **kwargs):
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError(
+                "MasterWeightOptimizer wraps a Keras 3 optimizer (keras.optimizers.Optimizer, "
+                f"e.g. keras.optimizers.SGD(...)); got {type(optimizer).__module__}."
+                f"{type(optimizer).__name__}."
+            )
+        if isinstance(optimizer, (keras.optimizers.LossScaleOptimizer, MasterWeightOptimizer)):
+            raise ValueError(
+                "MasterWeightOptimizer does its own loss scaling: pass the inner optimizer "
+                f"instead of a {type(optimizer).__name__} (use loss_scale= to configure it)."
+            )
+        if not (loss_scale is None or loss_scale == "dynamic"
+                or (isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool)
+                    and loss_scale > 0)):
+            raise ValueError(
+                "MasterWeightOptimizer: loss_scale must be 'dynamic', a positive number or "
+                f"None, got {loss_scale!r}."
+            )
+        if kwargs:
+            raise ValueError(
+                f"MasterWeightOptimizer does not take {sorted(kwargs)}: set them on the "
+                "inner optimizer."
+            )
+        super().__init__(learning_rate=0.0, name=name)
+        self.inner_optimizer = optimizer
+        self.loss_scale = loss_scale
+        self.dynamic = loss_scale == "dynamic"
+
+    # -- building ---------------------------------------------------------------------
+    def _targets(self, variables):
+        """The variables the inner optimizer updates, and the infos of paired ones."""
+        targets, infos = [], []
+        for variable in variables:
+            info = _pairs.lookup(variable)
+            if info is not None:
+                targets.append(_pairs.master_of(info))
+                infos.append(info)
+                continue
+            if tf.as_dtype(_pairs.backend_variable(variable).dtype) in _pairs.SIXTEEN_BIT:
+                name = getattr(variable, "path", None) or variable.name
+                raise ValueError(
+                    f"MasterWeightOptimizer: variable {name!r} is "
+                    f"{tf.as_dtype(_pairs.backend_variable(variable).dtype).name} and has no "
+                    "fp32 master, so its small updates would be lost. Create (build) it inside "
+                    "tfinit.mixed_precision.scope(...): e.g. call model.build(input_shape) or "
+                    "run one batch through the model inside the scope."
+                )
+            targets.append(variable)
+        return targets, infos
+
+    def build(self, var_list):
+        targets, _ = self._targets(var_list)
+        self.step_counter = self.add_variable(
+            shape=(), dtype="int", initializer="zeros", aggregation="only_first_replica",
+            name="step_counter")
+        scale = INITIAL_SCALE if self.dynamic else float(self.loss_scale or 1.0)
+        self.dynamic_scale = self.add_variable(
+            shape=(), dtype="float32", initializer=keras.initializers.Constant(scale),
+            aggregation="only_first_replica", name="dynamic_scale")
+        self.inner_optimizer.build(targets)
+        super().build(var_list)
+
+    @property
+    def variables(self):
+        return self._variables + self.inner_optimizer.variables
+
+    # -- the step ---------------------------------------------------------------------
+    def scale_loss(self, loss):
+        """Multiply the loss by the current loss scale (call inside the gradient tape)."""
+        if self.loss_scale is None:
+            return loss
+        scale = self.dynamic_scale if self.built else (
+            INITIAL_SCALE if self.dynamic else self.loss_scale)
+        return ops.multiply(loss, ops.cast(scale, keras.backend.standardize_dtype(loss.dtype)))
+
+    def apply(self, grads, trainable_variables=None):
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError("MasterWeightOptimizer.apply without variables needs a "
+                                 "built optimizer: call build(variables) first.")
+            trainable_variables = self._trainable_variables
+        grads, trainable_variables = list(grads), list(trainable_variables)
+        if not grads:
+            return
+        if not self.built:
+            with name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        targets, infos = self._targets(trainable_variables)
+        grads = self._unscale(grads)
+        if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
+            raise ValueError("MasterWeightOptimizer.apply must be called in a replica context "
+                             "(inside strategy.run).")
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            finite = self._all_replicas_finite(grads)
+            ops.cond(finite, lambda: self._finite_step(grads, targets, infos),
+                     self._non_finite_step)
+        else:
+            def cross_replica(distribution, grads, targets):
+                per_replica = distribution.extended.call_for_each_replica(
+                    self._check_finite, args=(grads,))
+                finite = tf.reduce_all(tf.stack(
+                    distribution.experimental_local_results(per_replica)))
+
+                def finite_fn():
+                    distribution.extended.call_for_each_replica(
+                        self._finite_step, args=(grads, targets, infos))
+
+                ops.cond(finite, finite_fn, self._non_finite_step)
+
+            tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, targets))
+
+    def _unscale(self, grads):
+        scale = None if self.loss_scale is None else ops.convert_to_tensor(self.dynamic_scale)
+        out = []
+        for grad in grads:
+            if grad is not None:
+                grad = _map_values(grad, lambda g: tf.cast(g, tf.float32) if g.dtype in
+                                   _pairs.SIXTEEN_BIT else g)
+                if scale is not None:
+                    grad = _map_values(grad, lambda g: g / tf.cast(scale, g.dtype))
+            out.append(grad)
+        return out
+
+    def _check_finite(self, grads):
+        checks = [tf.reduce_all(tf.math.is_finite(_values(g))) for g in grads if g is not None]
+        return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+    def _all_replicas_finite(self, grads):
+        finite = self._check_finite(grads)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            bad = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(~finite, tf.float32))
+            finite = tf.equal(bad, 0.0)
+        return finite
+
+    def _finite_step(self, grads, targets, infos):
+        self.inner_optimizer.apply(grads, targets)
+        _pairs.refresh(infos)
+        if self.dynamic:
+            grow = ops.equal(self.step_counter, GROWTH_STEPS - 1)
+            self.dynamic_scale.assign(tf.where(grow, self.dynamic_scale * 2.0,
+                                               self.dynamic_scale))
+            self.step_counter.assign(tf.where(grow, tf.zeros_like(self.step_counter),
+                                              self.step_counter + 1))
+
+    def _non_finite_step(self):
+        if self.dynamic:
+            self.dynamic_scale.assign(self.dynamic_scale * 0.5)
+            self.step_counter.assign(tf.zeros_like(self.step_counter))
+
+    # -- delegation -------------------------------------------------------------------
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate):
+        self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """As Keras's, for the inner optimizer; paired variables map to their masters."""
+        targets = self._targets(var_list)[0] if var_list else None
+        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
+
+    def finalize_variable_values(self, var_list):
+        targets, infos = self._targets(var_list)
+        self.inner_optimizer.finalize_variable_values(targets)
+        _pairs.refresh(infos)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+            "loss_scale": self.loss_scale,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(
+            config.pop("optimizer"), custom_objects=custom_objects)
+        return cls(inner, **config)
