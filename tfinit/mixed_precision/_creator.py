@@ -25,11 +25,11 @@ from keras.src.backend.common import global_state
 
 from tfinit.mixed_precision import _checkpoint
 from tfinit.mixed_precision import _pairs
+from tfinit.initializers import create_master_copy_pair
 from tfinit.parameter_info import ParameterInfo
 
 MODES = ("pseudo_fp16", "reverse")
 COMPUTE_DTYPES = ("float16", "bfloat16")
-_SUFFIX = {tf.float32: "_fp32", tf.float16: "_fp16", tf.bfloat16: "_bf16"}
 
 _local = threading.local()
 
@@ -221,25 +221,17 @@ def _create(settings, next_creator, **kwargs):
         if value is None:
             value = tf.convert_to_tensor(initial_value() if callable(initial_value)
                                          else initial_value, dtype=requested)
-        master_value = tf.cast(value, tf.float32)
-        copy_value = tf.cast(master_value, settings.compute_dtype)
     name = kwargs.get("name") or "Variable"
     name = name[:-2] if name.endswith(":0") else name
-    extra = dict(kwargs, trainable=False)
-    if settings.mode == "pseudo_fp16":
-        master = next_creator(**dict(extra, initial_value=master_value, dtype=tf.float32,
-                                     name=name + "_fp32"))
-        param = next_creator(**dict(kwargs, initial_value=copy_value,
-                                    dtype=settings.compute_dtype))
-        blob_copy = {tf.float32: master}
-    else:
-        param = next_creator(**dict(kwargs, initial_value=master_value, dtype=tf.float32))
-        copy = next_creator(**dict(extra, initial_value=copy_value,
-                                   dtype=settings.compute_dtype,
-                                   name=name + _SUFFIX[settings.compute_dtype]))
-        blob_copy = {settings.compute_dtype: copy}
+
+    def make_variable(**overrides):
+        return next_creator(**dict(kwargs, **overrides))
+
+    pair = create_master_copy_pair(name, value, settings.mode, settings.compute_dtype,
+                                   trainable=trainable, make_variable=make_variable)
+    param = pair.param
     info = ParameterInfo(owner if owner is not None else param, param.shape,
-                         blob_copy=blob_copy, name=name)
+                         blob_copy=pair.blob_copy, name=name)
     _checkpoint.install(param, info)
     if owner is not None:
         _checkpoint.adopt(owner)
