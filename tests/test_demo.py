@@ -23,6 +23,7 @@ def test_demo_trains_three_ways_and_writes_the_plot(short_demo, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for r in results.values():
         assert len(r.losses) == 3 and r.losses[-1] < r.losses[0]  # every run learns
+        assert len(r.lost_percent_per_epoch) == 3
 
 
 def test_demo_shows_the_underflow_that_masters_prevent(short_demo):

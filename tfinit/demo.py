@@ -31,6 +31,7 @@ class RunResult:
     losses: list = field(default_factory=list)
     lost_updates: int = 0
     attempted_updates: int = 0
+    lost_percent_per_epoch: list = field(default_factory=list)
     bytes_per_param: float = 0.0
     step_ms: float = 0.0
 
@@ -141,7 +142,7 @@ def train(name, setup, data, epochs, progbar):
     times = []
     for epoch in range(epochs):
         order = np.random.default_rng(epoch).permutation(len(x))
-        epoch_losses = []
+        epoch_losses, epoch_lost, epoch_attempted = [], 0, 0
         for i in range(steps_per_epoch):
             idx = order[i * BATCH:(i + 1) * BATCH]
             start = time.perf_counter()
@@ -149,10 +150,13 @@ def train(name, setup, data, epochs, progbar):
             loss = float(loss)
             times.append(time.perf_counter() - start)
             epoch_losses.append(loss)
-            result.lost_updates += int(lost)
-            result.attempted_updates += int(attempted)
+            epoch_lost += int(lost)
+            epoch_attempted += int(attempted)
             progbar.add(1, values=[(f"{name} loss", loss)])
         result.losses.append(float(np.mean(epoch_losses)))
+        result.lost_percent_per_epoch.append(100 * epoch_lost / max(epoch_attempted, 1))
+        result.lost_updates += epoch_lost
+        result.attempted_updates += epoch_attempted
     result.step_ms = statistics.median(times[1:] or times) * 1e3
     result.bytes_per_param = _persistent_bytes(model, optimizer, truth)
     return result
@@ -181,14 +185,22 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (loss_ax, lost_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for r in results:
-        ax.plot(range(1, len(r.losses) + 1), r.losses, marker="o", markersize=3, label=r.name)
-    ax.set_yscale("log")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("training loss (MSE)")
-    ax.set_title("Same model, same data: fp32 vs 16-bit weights vs fp32 masters")
-    ax.legend()
+        epochs = range(1, len(r.losses) + 1)
+        loss_ax.plot(epochs, r.losses, marker="o", markersize=3, label=r.name)
+        lost_ax.plot(epochs, r.lost_percent_per_epoch, marker="o", markersize=3, label=r.name)
+    loss_ax.set_yscale("log")
+    loss_ax.set_xlabel("epoch")
+    loss_ax.set_ylabel("training loss (MSE)")
+    loss_ax.set_title("Training loss")
+    loss_ax.legend()
+    lost_ax.set_xlabel("epoch")
+    lost_ax.set_ylabel("% of non-zero updates lost")
+    lost_ax.set_title("Weight updates lost to underflow")
+    lost_ax.set_ylim(bottom=0)
+    lost_ax.legend()
+    fig.suptitle("Same model, same data: fp32 vs 16-bit weights vs fp32 masters")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -210,5 +222,9 @@ def run(epochs=20, compute_dtype="float16", out_dir="tfinit-demo", learning_rate
     print(format_table(results))
     png = out_dir / "loss_curves.png"
     plot(results, png)
-    print(f"\nLoss curves: {png.resolve()}")
+    print(
+        "\nlost updates: weight elements with a non-zero gradient whose stored value (the fp32 "
+        "master, where there is one) did not move."
+    )
+    print(f"Plot of the loss curves and lost updates per epoch: {png.resolve()}")
     return results
