@@ -34,3 +34,11 @@ from tfinit.initializers import (
 from tfinit import mixed_precision
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "ConstantFill", "DiagonalFill", "GaussianFill", "GivenTensorBoolFill", "GivenTensorDoubleFill",
+    "GivenTensorFill", "GivenTensorInt16Fill", "GivenTensorInt64Fill", "GivenTensorIntFill",
+    "MSRAFill", "RangeFill", "UniformFill", "UniformIntFill", "UniqueUniformFill", "XavierFill",
+    "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",
+    "ReversePseudoFP16Initializer", "fill_ops", "get", "mixed_precision", "update_initializer",
+]

@@ -24,7 +24,6 @@ import tensorflow as tf
 from keras.src.backend.common import global_state
 
 from tfinit.mixed_precision import _checkpoint
-from tfinit.mixed_precision import _pairs
 from tfinit.initializers import create_master_copy_pair
 from tfinit.parameter_info import ParameterInfo
 
