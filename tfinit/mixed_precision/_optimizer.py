@@ -97,7 +97,6 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
 
     def build(self, var_list):
         targets, _ = self._targets(var_list)
-        # Variables created here must not be paired by an active scope.
         self.step_counter = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation="only_first_replica",
             name="step_counter")
@@ -181,14 +180,14 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
                 )
 
     def _unscale(self, grads):
-        inverse = None if self.loss_scale is None else 1.0 / self.dynamic_scale
+        scale = None if self.loss_scale is None else ops.convert_to_tensor(self.dynamic_scale)
         out = []
         for grad in grads:
             if grad is not None:
                 grad = _map_values(grad, lambda g: tf.cast(g, tf.float32) if g.dtype in
                                    _pairs.SIXTEEN_BIT else g)
-                if inverse is not None:
-                    grad = _map_values(grad, lambda g: g * tf.cast(inverse, g.dtype))
+                if scale is not None:
+                    grad = _map_values(grad, lambda g: g / tf.cast(scale, g.dtype))
             out.append(grad)
         return out
 
@@ -231,6 +230,11 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
     @property
     def iterations(self):
         return self.inner_optimizer.iterations
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """As Keras's, for the inner optimizer; paired variables map to their masters."""
+        targets = self._targets(var_list)[0] if var_list else None
+        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
 
     def finalize_variable_values(self, var_list):
         targets, infos = self._targets(var_list)
