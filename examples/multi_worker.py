@@ -13,8 +13,8 @@ again (``--max-restarts``), the workers restore the latest checkpoint and finish
 input is a pure function of the step number, so a resumed run sees the same batches.
 
 Outputs under ``--out``: ``worker<i>.npz`` (each worker's masters by variable path, plus
-``step`` and ``resumed_from``) and ``summary.json``. Exit status 0 only if the run finished and every worker's
-masters are bit-identical.
+``step`` and ``resumed_from``) and ``summary.json``. Exit status 0 only if the run
+finished and every worker's masters are bit-identical.
 """
 
 import argparse
@@ -122,9 +122,8 @@ def _worker(args):
         raise SystemExit(f"worker {task['index']}: replicas disagree: {problems}")
     masters = {"step": np.int64(step.numpy()), "resumed_from": np.int64(start)}
     for v in model.trainable_variables:
-        master = mp._pairs.master_of(mp.parameter_info(v))
-        masters[v.path] = np.asarray(master.values[0].numpy() if hasattr(master, "values")
-                                     else master.numpy())
+        master = mp.parameter_info(v).blob_copy[tf.float32]  # a MirroredVariable
+        masters[v.path] = master.values[0].numpy()  # this worker's (only) replica
     os.makedirs(args.out, exist_ok=True)
     np.savez(os.path.join(args.out, f"worker{task['index']}.npz"), **masters)
     if not is_chief:

@@ -119,43 +119,36 @@ def _initial():
 _INITIAL = _initial()
 
 
-def check_fit_float16():
-    model, optimizer, losses = _fit(MIRRORED, "pseudo_fp16", "float16")
-    single, _, single_losses = _fit(ONE_DEVICE, "pseudo_fp16", "float16")
+def _training(train, mode, dtype):
+    """Train on two replicas and on one device; report consistency and the distance."""
+    result = train(MIRRORED, mode, dtype)
+    model, optimizer, losses = result[:3]
+    single, _, single_losses = train(ONE_DEVICE, mode, dtype)[:3]
+    first = mp.parameter_info(model.trainable_variables[0])
     return {"kinds": _kinds(model), "mismatches": tfd.replica_mismatches(model),
             "slot_mismatches": tfd.replica_mismatches(optimizer.variables),
+            "optimizer_kinds": sorted({type(_pairs.backend_variable(v)).__name__
+                                       for v in optimizer.variables}),
+            "copy_dtype": _pairs.copy_of(first).dtype.name,
             "losses": losses, "single_losses": single_losses,
             **_compare(_masters(model), _masters(single))}
+
+
+def check_fit_float16():
+    return _training(_fit, "pseudo_fp16", "float16")
 
 
 def check_ctl_float16():
     # The optimizer is built lazily, inside strategy.run, by its first apply_gradients.
-    model, optimizer, losses, _ = _ctl(MIRRORED, "pseudo_fp16", "float16")
-    single, _, single_losses, _ = _ctl(ONE_DEVICE, "pseudo_fp16", "float16")
-    return {"kinds": _kinds(model), "mismatches": tfd.replica_mismatches(model),
-            "optimizer_kinds": sorted({type(_pairs.backend_variable(v)).__name__
-                                       for v in optimizer.variables}),
-            "slot_mismatches": tfd.replica_mismatches(optimizer.variables),
-            "losses": losses, "single_losses": single_losses,
-            **_compare(_masters(model), _masters(single))}
+    return _training(_ctl, "pseudo_fp16", "float16")
 
 
 def check_fit_bfloat16():
-    model, optimizer, losses = _fit(MIRRORED, "pseudo_fp16", "bfloat16")
-    single, _, single_losses = _fit(ONE_DEVICE, "pseudo_fp16", "bfloat16")
-    return {"kinds": _kinds(model), "mismatches": tfd.replica_mismatches(model),
-            "copy_dtype": _pairs.copy_of(mp.parameter_info(model.trainable_variables[0])).dtype.name,
-            "losses": losses, "single_losses": single_losses,
-            **_compare(_masters(model), _masters(single))}
+    return _training(_fit, "pseudo_fp16", "bfloat16")
 
 
 def check_ctl_reverse_bfloat16():
-    model, optimizer, losses, _ = _ctl(MIRRORED, "reverse", "bfloat16")
-    single, _, single_losses, _ = _ctl(ONE_DEVICE, "reverse", "bfloat16")
-    return {"kinds": _kinds(model), "mismatches": tfd.replica_mismatches(model),
-            "copy_dtype": _pairs.copy_of(mp.parameter_info(model.trainable_variables[0])).dtype.name,
-            "losses": losses, "single_losses": single_losses,
-            **_compare(_masters(model), _masters(single))}
+    return _training(_ctl, "reverse", "bfloat16")
 
 
 def check_seeded_fills():

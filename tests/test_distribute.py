@@ -56,12 +56,11 @@ def test_mirrored_training_keeps_replicas_identical_and_matches_one_device(repor
     assert part["kinds"] == ["MirroredVariable"]  # masters and copies alike
     # every replica's master and copy bit-identical; copy == cast(master) on every replica
     assert part["mismatches"] == []
-    assert part.get("slot_mismatches", []) == []
+    assert part["slot_mismatches"] == []
     assert part["losses"][-1] < 0.5 * part["losses"][0], part["losses"]
     np.testing.assert_allclose(part["losses"], part["single_losses"], rtol=0.05)
     _assert_close_to_one_device(part, dtype)
-    if "copy_dtype" in part:
-        assert part["copy_dtype"] == dtype
+    assert part["copy_dtype"] == dtype
 
 
 def test_optimizer_built_lazily_inside_strategy_run(report):

@@ -24,5 +24,6 @@ from tfinit.fills import (
     get,
 )
 from tfinit import mixed_precision
+from tfinit import distribute
 
 __version__ = "0.1.0"
