@@ -54,6 +54,20 @@ def test_pseudo_fp16_dense_sees_16bit_copy_with_fp32_master():
     assert y.dtype == tf.float16
 
 
+def test_initializer_that_only_fills_16bit_falls_back_to_the_16bit_value():
+    def only_half(shape, dtype=None):
+        if dtype != "float16":
+            raise ValueError("float16 only")
+        return tf.fill(shape, tf.constant(0.1, tf.float16))
+
+    with mp.scope("pseudo_fp16", "float16"):
+        layer = keras.layers.Dense(2, kernel_initializer=only_half)
+        layer.build((None, 2))
+    np.testing.assert_array_equal(master(layer.kernel).numpy(),
+                                  np.full((2, 2), np.float16(0.1), np.float32))
+    assert_copies_synced(layer.weights)
+
+
 @pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
 def test_reverse_sees_fp32_with_16bit_copy(compute_dtype):
     with mp.scope("reverse", compute_dtype):
