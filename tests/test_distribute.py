@@ -137,3 +137,40 @@ def test_fit_killed_mid_epoch_resumes_with_backup_and_restore_bit_exact(tmp_path
     for key in want.files:
         if key != "epochs_run":  # fp32 masters and optimizer state (slots, loss scale)
             assert want[key].tobytes() == got[key].tobytes(), key
+
+
+# -- tfinit.distribute helpers, in this process (one device) ----------------------------
+def test_forbidden_ops_flags_float64_variable_creation_and_rejects_plain_functions():
+    import tensorflow as tf
+    from tfinit import distribute as tfd
+
+    holder = []
+
+    @tf.function
+    def bad(x):
+        if not holder:
+            holder.append(tf.Variable(1.0))  # created inside the step
+        return tf.cast(x, tf.float64) * 2.0 + tf.cast(holder[0], tf.float64)
+
+    reasons = {(op, reason) for op, _, reason in tfd.forbidden_ops(bad, tf.ones((2,)))}
+    assert ("VarHandleOp", "variable created inside the step") in reasons
+    assert any(r == "float64 (unsupported on TPU)" for _, r in reasons)
+    with pytest.raises(TypeError, match="forbidden_ops expects a tf.function"):
+        tfd.forbidden_ops(lambda x: x, tf.ones((2,)))
+
+
+def test_replica_mismatches_on_one_device_sees_a_stale_copy():
+    import keras
+    import tensorflow as tf
+    from tfinit import distribute as tfd
+    from tfinit import mixed_precision as mp
+
+    with mp.scope("pseudo_fp16", "float16"):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    assert tfd.replica_mismatches(model) == []
+    master = mp.parameter_info(model.layers[0].kernel).blob_copy[tf.float32]
+    master.assign(master + 0.125)  # a manual assign without sync_copies
+    found = tfd.replica_mismatches(model)
+    assert len(found) == 1 and found[0].endswith("kernel: copy != cast(master) on replica 0")
+    mp.sync_copies(model)
+    assert tfd.replica_mismatches(model) == []

@@ -101,15 +101,23 @@ def forbidden_ops(function, *args, **kwargs):
     """Trace ``function`` (a ``tf.function``) and list what TPUStrategy would refuse.
 
     Returns sorted ``(op_type, node_name, reason)`` tuples for host callbacks
-    (``HOST_OPS``), variables created inside the step (``VarHandleOp``) and float64
-    tensors, searched in the step's graph and every function it calls (cond/while
-    branches, ``strategy.run`` bodies).
+    (``HOST_OPS``), variables created while tracing the step (``VarHandleOp``; trace a
+    fresh ``tf.function``, a cached trace creates nothing) and float64 tensors, searched
+    in the step's graph and every function it calls (cond/while branches,
+    ``strategy.run`` bodies).
     """
     if not hasattr(function, "get_concrete_function"):
         raise TypeError("forbidden_ops expects a tf.function (decorate the train step with "
                         f"@tf.function); got {type(function).__name__}.")
-    graph_def = function.get_concrete_function(*args, **kwargs).graph.as_graph_def()
     found = set()
+
+    def record(next_creator, **kw):  # tf.function lifts such variables out of the graph
+        variable = next_creator(**kw)
+        found.add(("VarHandleOp", variable.name, "variable created inside the step"))
+        return variable
+
+    with tf.variable_creator_scope(record):
+        graph_def = function.get_concrete_function(*args, **kwargs).graph.as_graph_def()
     for node in _graph_nodes(graph_def):
         if node.op in HOST_OPS:
             found.add((node.op, node.name, "host callback"))
