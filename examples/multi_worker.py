@@ -7,6 +7,10 @@ Keras 3's ``fit`` does not support this strategy upstream) and
 ``MasterWeightOptimizer``, checkpoints with ``tf.train.CheckpointManager``, and checks
 that every worker ends with bit-identical fp32 masters.
 
+``--compute-dtype bfloat16`` stops with a clear error: MultiWorkerMirroredStrategy
+broadcasts initial values between workers with an op that has no bfloat16 kernel, so
+16-bit bfloat16 variables cannot be created there (TensorFlow's limit, not tfinit's).
+
 Fault tolerance: ``--kill-worker 1 --kill-at-step 11`` makes worker 1 SIGKILL itself after
 step 11 in the first attempt; the launcher stops the rest of the cluster and starts it
 again (``--max-restarts``), the workers restore the latest checkpoint and finish. The

@@ -64,3 +64,20 @@ def test_killed_worker_restarts_from_checkpoint_and_matches_uninterrupted_run(
     reference = _masters(uninterrupted[1][0])
     for key, value in _masters(w0).items():
         assert value.tobytes() == reference[key].tobytes(), key  # bit-exact, nothing lost
+
+
+def test_bfloat16_across_workers_is_a_clear_error(tmp_path):
+    # TensorFlow's CollectiveBcastSend has no bfloat16 kernel, so MWMS cannot create the
+    # bfloat16 copies; the scope says so before anything is built.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, EXAMPLE, "--out", str(tmp_path), "--compute-dtype=bfloat16",
+         "--max-restarts=0", "--timeout=100", "--steps=2"],
+        capture_output=True, text=True, env=env, timeout=200)
+    assert result.returncode == 1
+    assert "compute_dtype='bfloat16' is not supported under MultiWorkerMirroredStrategy" \
+        in result.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["finished"] is False and len(summary["attempts"]) == 1
+    codes = summary["attempts"][0]  # the first to fail exits 1; the other may be stopped
+    assert 1 in codes and 0 not in codes

@@ -17,9 +17,10 @@ The rules that keep master/copy pairs consistent on every replica and worker:
   gives every replica the same values, seeded or not, and a seeded fill gives the values it
   gives on one device. In pseudo_fp16 the fill runs in float32 for the master and the
   copy is its cast, as Caffe2's PseudoFP16Initializer did.
-- Each step, ``MasterWeightOptimizer`` all-reduces the gradients (through the inner Keras
-  optimizer), applies the same update to every replica's master, re-casts every copy,
-  and skips a step on all replicas when any replica sees a non-finite gradient.
+- Each step, ``MasterWeightOptimizer`` unscales the 16-bit gradients and casts them to
+  fp32; the inner Keras optimizer sums them across replicas and workers (an fp32
+  all-reduce) and applies the same update to every replica's master; every copy is
+  re-cast; a non-finite gradient on any replica skips the step on all of them.
 
 TPUStrategy needs (checked on CPU by ``forbidden_ops`` and XLA compilation in the tests):
 variables created inside ``strategy.scope()`` (never inside the step); a step with no host
