@@ -26,9 +26,10 @@ TPUStrategy needs (checked on CPU by ``forbidden_ops`` and XLA compilation in th
 variables created inside ``strategy.scope()`` (never inside the step); a step with no host
 callbacks (``tf.py_function``, ``tf.numpy_function``, ``tf.print``, numpy or Python
 values computed from tensors); static shapes (``drop_remainder=True`` batches); no float64.
-``compute_dtype="bfloat16"`` is the TPU's native 16-bit type. The master-weight step
-(unscale, finite check, all-reduce of the skip decision, ``tf.cond``, inner update,
-re-cast) is made of XLA-compilable TensorFlow ops only.
+``compute_dtype="bfloat16"`` is the TPU's native 16-bit type (under multi-worker
+MultiWorkerMirroredStrategy it is refused: TensorFlow cannot broadcast bfloat16 initial
+values between workers). The master-weight step (unscale, finite check, the shared skip
+decision, ``tf.cond``, inner update, re-cast) is made of XLA-compilable TensorFlow ops.
 """
 
 import numpy as np
