@@ -16,9 +16,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def _sections():
-    from benchmarks import fills
+    from benchmarks import distribute, fills
 
-    return [("fills", fills.run)]
+    return [("fills", fills.run), ("distribute", distribute.run)]
 
 
 def to_markdown(rows):

@@ -32,6 +32,7 @@ from tfinit.initializers import (
     update_initializer,
 )
 from tfinit import mixed_precision
+from tfinit import distribute
 
 __version__ = "0.1.0"
 

@@ -129,7 +129,17 @@ def scope(mode="pseudo_fp16", compute_dtype="float16"):
             "tfinit.mixed_precision.scope: compute_dtype must be one of "
             f"{COMPUTE_DTYPES}, got {compute_dtype!r}. For fp32 training no scope is needed."
         )
-    settings = _Settings(mode, dtype_name, tf.distribute.get_strategy())
+    strategy = tf.distribute.get_strategy()
+    if dtype_name == "bfloat16" and getattr(strategy.extended, "_num_workers", 1) > 1:
+        # MWMS broadcasts every variable's initial value with CollectiveBcastSend, which
+        # has no bfloat16 kernel: the 16-bit copies could not even be created.
+        raise ValueError(
+            "tfinit.mixed_precision.scope: compute_dtype='bfloat16' is not supported under "
+            "MultiWorkerMirroredStrategy with more than one worker (TensorFlow cannot "
+            "broadcast bfloat16 initial values between workers). Use compute_dtype="
+            "'float16' there; bfloat16 works under MirroredStrategy."
+        )
+    settings = _Settings(mode, dtype_name, strategy)
     if mode == "pseudo_fp16":
         policy = PseudoFP16Policy(dtype_name)
     else:

@@ -130,10 +130,11 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
         if not grads:
             return
         if not self.built:
-            with name_scope(self.name, caller=self):
+            with tf.init_scope(), name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
         targets, infos = self._targets(trainable_variables)
+        self._check_strategy(trainable_variables, targets)
         grads = self._unscale(grads)
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             raise ValueError("MasterWeightOptimizer.apply must be called in a replica context "
@@ -156,6 +157,27 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
                 ops.cond(finite, finite_fn, self._non_finite_step)
 
             tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, targets))
+
+    def _check_strategy(self, variables, targets):
+        """Refuse variables that the training strategy did not create (no silent divergence).
+
+        The training strategy is the active one, else the one this optimizer was created in.
+        """
+        if tf.distribute.has_strategy():
+            strategy = tf.distribute.get_strategy()
+        else:
+            strategy = getattr(self.inner_optimizer, "_distribution_strategy", None)
+            if strategy is None or strategy is tf.distribute.get_strategy():
+                return
+        for variable, target in zip(variables, targets):
+            if not strategy.extended.variable_created_in_scope(_pairs.backend_variable(target)):
+                name = getattr(variable, "path", None) or variable.name
+                raise ValueError(
+                    f"MasterWeightOptimizer: variable {name!r} was not created under the "
+                    f"{type(strategy).__name__} that is training it, so its replicas would "
+                    "not stay in sync. Build the model (and the optimizer) inside "
+                    "`with strategy.scope(), tfinit.mixed_precision.scope(...):`."
+                )
 
     def _unscale(self, grads):
         scale = None if self.loss_scale is None else ops.convert_to_tensor(self.dynamic_scale)

@@ -79,6 +79,13 @@ def refresh(infos):
         for copy, master in pairs:
             strategy.extended.update(copy, _assign_cast, args=(master,), group=False)
 
+    owner = getattr(pairs[0][0], "_distribute_strategy", None)
+    if owner is not None and not tf.distribute.has_strategy():
+        # Distributed pairs refreshed outside any strategy scope (e.g. Keras's end-of-fit
+        # finalize_variable_values): update them through the strategy that owns them.
+        with owner.scope():
+            update(owner, pairs)
+        return
     strategy = tf.distribute.get_strategy()
     owner = getattr(pairs[0][0], "_distribute_strategy", None)
     if owner is not None and owner is not strategy:

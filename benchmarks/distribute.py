@@ -1,0 +1,116 @@
+"""MirroredStrategy on two logical CPUs: tfinit (fp32 masters + MasterWeightOptimizer) against
+Keras ``mixed_float16`` (+ LossScaleOptimizer), same strategy, model, data and inner optimizer.
+
+Logical devices must be set before TensorFlow initialises, so ``run`` measures in a fresh
+interpreter (``python -m benchmarks.distribute [--quick]`` prints the rows as JSON).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(quick):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-m", "benchmarks.distribute"] + (["--quick"] if quick else [])
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO,
+                            timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"benchmarks.distribute failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _measure(quick):
+    import numpy as np
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+
+    from benchmarks._timing import compare
+    from tfinit import mixed_precision as mp
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    width, batch, steps = (256, 64, 5) if quick else (1024, 256, 10)
+    repeats = 5 if quick else 11
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch * steps, width)).astype(np.float32)
+    y = rng.normal(size=(batch * steps, 1)).astype(np.float32)
+
+    def model():
+        return keras.Sequential([keras.Input((width,))] + [
+            keras.layers.Dense(width, activation="relu") for _ in range(3)
+        ] + [keras.layers.Dense(1)])
+
+    def tfinit_setup(mode):
+        with strategy.scope(), mp.scope(mode, "float16"):
+            m = model()
+            opt = mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-4))
+            opt.build(m.trainable_variables)
+        return m, opt
+
+    def keras_setup():
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy("mixed_float16")
+        try:
+            with strategy.scope():
+                m = model()
+                opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-4))
+                opt.build(m.trainable_variables)  # must precede the tf.function (DESIGN)
+        finally:
+            keras.config.set_dtype_policy(previous)
+        return m, opt
+
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+    batches = list(strategy.experimental_distribute_dataset(dataset))
+
+    def loop(m, opt):
+        def replica_step(xb, yb):
+            with tf.GradientTape() as tape:
+                per_example = tf.reduce_mean(tf.square(tf.cast(m(xb), tf.float32) - yb), -1)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
+                scaled = opt.scale_loss(loss)
+            grads = tape.gradient(scaled, m.trainable_variables)
+            opt.apply_gradients(zip(grads, m.trainable_variables))
+            return loss
+
+        @tf.function
+        def step(xb, yb):
+            return strategy.reduce("SUM", strategy.run(replica_step, args=(xb, yb)), axis=None)
+
+        def call():
+            for xb, yb in batches:
+                loss = step(xb, yb)
+            return float(loss)
+
+        return call
+
+    def fit(m, opt):
+        with strategy.scope():
+            m.compile(opt, "mse")
+        return lambda: m.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+
+    extra = {"steps_per_call": steps, "shape": f"4 Dense, width {width}, global batch {batch}",
+             "replicas": strategy.num_replicas_in_sync}
+    rows = []
+    for label, ours_setup, make in [
+        ("custom loop, pseudo_fp16", lambda: tfinit_setup("pseudo_fp16"), loop),
+        ("custom loop, reverse", lambda: tfinit_setup("reverse"), loop),
+        ("fit, pseudo_fp16", lambda: tfinit_setup("pseudo_fp16"), fit),
+    ]:
+        ours, baseline = make(*ours_setup()), make(*keras_setup())
+        rows.append(compare(f"MirroredStrategy x2 {label} + MasterWeightOptimizer(Adam) vs "
+                            "mixed_float16 + LossScaleOptimizer(Adam)",
+                            ours, baseline, repeats, **extra))
+    return rows
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    print(json.dumps(_measure("--quick" in sys.argv[1:])))

@@ -1,0 +1,131 @@
+"""tfinit under ``tf.distribute``: replica-consistency and TPU-readiness checks.
+
+tfinit rides on TensorFlow's own distribution engine; nothing here distributes anything.
+The rules that keep master/copy pairs consistent on every replica and worker:
+
+- Build the model (and the optimizer) inside
+  ``with strategy.scope(), tfinit.mixed_precision.scope(...):``. The scope's variable
+  creator then runs once per logical variable and both the fp32 master and the 16-bit copy
+  are distributed variables (``MirroredVariable`` under MirroredStrategy and
+  MultiWorkerMirroredStrategy). Entering the tfinit scope outside ``strategy.scope()``
+  raises ``ValueError``; so does training, with ``MasterWeightOptimizer``, variables that
+  the training strategy did not create; mixing two strategies raises TensorFlow's
+  ``RuntimeError``. Replicas never diverge silently.
+- Initial values: a distributed variable is initialised once and that value is copied to
+  every replica (MirroredStrategy evaluates the initializer on the first device;
+  MultiWorkerMirroredStrategy broadcasts the chief's value). A tfinit fill therefore
+  gives every replica the same values, seeded or not, and a seeded fill gives the values it
+  gives on one device. In pseudo_fp16 the fill runs in float32 for the master and the
+  copy is its cast, as Caffe2's PseudoFP16Initializer did.
+- Each step, ``MasterWeightOptimizer`` unscales the 16-bit gradients and casts them to
+  fp32; the inner Keras optimizer sums them across replicas and workers (an fp32
+  all-reduce) and applies the same update to every replica's master; every copy is
+  re-cast; a non-finite gradient on any replica skips the step on all of them.
+
+TPUStrategy needs (checked on CPU by ``forbidden_ops`` and XLA compilation in the tests):
+variables created inside ``strategy.scope()`` (never inside the step); a step with no host
+callbacks (``tf.py_function``, ``tf.numpy_function``, ``tf.print``, numpy or Python
+values computed from tensors); static shapes (``drop_remainder=True`` batches); no float64.
+``compute_dtype="bfloat16"`` is the TPU's native 16-bit type (under multi-worker
+MultiWorkerMirroredStrategy it is refused: TensorFlow cannot broadcast bfloat16 initial
+values between workers). The master-weight step (unscale, finite check, the shared skip
+decision, ``tf.cond``, inner update, re-cast) is made of XLA-compilable TensorFlow ops.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from tfinit.mixed_precision import _pairs
+
+# Ops that call back into the Python host or only run on a CPU host: TPUStrategy cannot
+# compile them into the step (tf.print would need outside compilation, a host round trip).
+HOST_OPS = frozenset({
+    "PyFunc", "PyFuncStateless", "EagerPyFunc", "PrintV2", "Print", "StringFormat",
+})
+
+
+def _variables(model_or_variables):
+    target = model_or_variables
+    if hasattr(target, "variables") and not isinstance(target, tf.Variable):
+        return list(target.variables)
+    if isinstance(target, tf.Variable) or hasattr(target, "value"):
+        return [target]
+    return list(target)
+
+
+def _components(variable):
+    """The per-replica (local) components of a variable; a plain variable is its own one."""
+    variable = _pairs.backend_variable(variable)
+    values = getattr(variable, "values", None)
+    return list(values) if values is not None and not callable(values) else [variable]
+
+
+def replica_mismatches(model_or_variables):
+    """Describe every way the local replicas disagree; an empty list means consistent.
+
+    Checks, for a Keras model/layer, ``tf.Module`` or iterable of variables: every replica
+    holds bit-identical values of each variable, master and 16-bit copy; and on every
+    replica each copy equals ``cast(master)`` bit for bit. Under MultiWorkerMirroredStrategy
+    this covers one worker's replicas; compare workers by their masters' bytes.
+    """
+    problems, seen = [], set()
+    for variable in _variables(model_or_variables):
+        info = _pairs.lookup(variable)
+        name = getattr(variable, "path", None) or variable.name
+        if info is None:
+            members = [("variable", variable)]
+        elif id(info) in seen:
+            continue
+        else:
+            seen.add(id(info))
+            members = [("master", _pairs.master_of(info)), ("copy", _pairs.copy_of(info))]
+        for role, member in members:
+            parts = [np.asarray(c.numpy()) for c in _components(member)]
+            if any(p.tobytes() != parts[0].tobytes() for p in parts[1:]):
+                problems.append(f"{name}: {role} differs between replicas")
+        if info is not None:
+            masters = _components(_pairs.master_of(info))
+            copies = _components(_pairs.copy_of(info))
+            for replica, (master, copy) in enumerate(zip(masters, copies)):
+                cast = tf.cast(master.read_value(), copy.dtype).numpy()
+                if cast.tobytes() != copy.numpy().tobytes():
+                    problems.append(f"{name}: copy != cast(master) on replica {replica}")
+    return problems
+
+
+def _graph_nodes(graph_def):
+    yield from graph_def.node
+    for function in graph_def.library.function:
+        yield from function.node_def
+
+
+def forbidden_ops(function, *args, **kwargs):
+    """Trace ``function`` (a ``tf.function``) and list what TPUStrategy would refuse.
+
+    Returns sorted ``(op_type, node_name, reason)`` tuples for host callbacks
+    (``HOST_OPS``), variables created while tracing the step (``VarHandleOp``; trace a
+    fresh ``tf.function``, a cached trace creates nothing) and float64 tensors, searched
+    in the step's graph and every function it calls (cond/while branches,
+    ``strategy.run`` bodies).
+    """
+    if not hasattr(function, "get_concrete_function"):
+        raise TypeError("forbidden_ops expects a tf.function (decorate the train step with "
+                        f"@tf.function); got {type(function).__name__}.")
+    found = set()
+
+    def record(next_creator, **kw):  # tf.function lifts such variables out of the graph
+        variable = next_creator(**kw)
+        found.add(("VarHandleOp", variable.name, "variable created inside the step"))
+        return variable
+
+    with tf.variable_creator_scope(record):
+        graph_def = function.get_concrete_function(*args, **kwargs).graph.as_graph_def()
+    for node in _graph_nodes(graph_def):
+        if node.op in HOST_OPS:
+            found.add((node.op, node.name, "host callback"))
+        elif node.op == "VarHandleOp":
+            found.add((node.op, node.name, "variable created inside the step"))
+        elif any(attr.type == tf.float64.as_datatype_enum
+                 for key, attr in node.attr.items() if key in ("T", "dtype", "DstT", "SrcT")):
+            found.add((node.op, node.name, "float64 (unsupported on TPU)"))
+    return sorted(found)
