@@ -25,6 +25,7 @@ import warnings
 import keras
 import numpy as np
 
+from tfinit import _caffe2_rng
 from tfinit import _fans
 from tfinit import registry
 
@@ -149,6 +150,9 @@ def _to_tensor(array, dtype, op_name):
 
 # ---------------------------------------------------------------- base classes
 
+#: random streams of the random fills: Keras's own, or Caffe2's CPU stream replayed
+RNGS = ("keras", "caffe2")
+
 
 class Fill(keras.initializers.Initializer):
     """Base of every tfinit fill: shape/dtype checks and the empty-shape rule.
@@ -196,9 +200,27 @@ class RandomFill(Fill):
 
     An int seed (or ``None``, which picks one at construction, as Keras does) gives
     the same values on every call; a ``keras.random.SeedGenerator`` advances.
+
+    ``rng="caffe2"`` (int seed required) instead replays the Caffe2 CPU operator whose
+    ``DeviceOption.random_seed`` is ``seed mod 2**32``, bit for bit: the float32 values
+    Caffe2 writes, cast to the call's dtype when that is another dtype (to float16
+    they round to nearest, as Caffe2's FloatToHalf). The algorithm per op is in
+    ``tfinit._caffe2_rng``. Fills without a ``layout`` fill the given shape in
+    row-major order, as Caffe2 does; see XavierFill/MSRAFill for layouts.
     """
 
-    def __init__(self, seed=None):
+    def __init__(self, seed=None, rng="keras"):
+        if rng not in RNGS:
+            raise ValueError(
+                f"{self.op_name}: argument `rng` must be one of {RNGS}, got {rng!r}."
+            )
+        if rng == "caffe2" and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise ValueError(
+                f"{self.op_name}: rng='caffe2' replays the Caffe2 operator seeded with "
+                f"DeviceOption.random_seed, so `seed` must be an int (reduced mod 2**32); "
+                f"got {seed!r} (None and keras.random.SeedGenerator have no Caffe2 equivalent)."
+            )
+        self.rng = rng
         self._init_seed = seed
         if seed is None:
             seed = python_random.randint(1, int(1e9))
@@ -214,7 +236,19 @@ class RandomFill(Fill):
         self.seed = int(seed) if isinstance(seed, numbers.Integral) else seed
 
     def get_config(self):
-        return {"seed": keras.saving.serialize_keras_object(self._init_seed)}
+        return {"seed": keras.saving.serialize_keras_object(self._init_seed), "rng": self.rng}
+
+    def _caffe2_tensor(self, draw, shape, dtype, layout="caffe2"):
+        """Caffe2's values for ``shape``: ``draw(count)`` returns them in Caffe2's
+        row-major order for the Caffe2-layout shape; under ``layout="keras"`` that shape
+        is ``_caffe2_rng.caffe2_shape(shape)`` and the values are moved to ``shape``.
+        """
+        keras_layout = layout == "keras"
+        caffe2_shape = _caffe2_rng.caffe2_shape(shape) if keras_layout else shape
+        values = draw(_fans.numel(shape)).reshape(caffe2_shape)
+        if keras_layout:
+            values = _caffe2_rng.to_keras_layout(values)
+        return _to_tensor(values, dtype, self.op_name)
 
     def _float_dtype(self, dtype):
         if not keras.backend.is_float_dtype(dtype):
@@ -351,7 +385,8 @@ class GivenTensorFill(Fill):
                 f"{op}: argument `values` must hold numbers, got an array of {array.dtype}."
             )
         check_exact_cast(array, self.value_dtype, op)
-        self.values = array.astype(_numpy_dtype(self.value_dtype))
+        # No copy when the array already has the right dtype: large parameters stay single.
+        self.values = array.astype(_numpy_dtype(self.value_dtype), copy=False)
         self.shape = None
         if shape is not None:
             self.shape = _normalize_shape(shape, op)
@@ -422,7 +457,7 @@ class GaussianFill(RandomFill):
 
     formula = "x ~ normal(mean, std), not truncated"
 
-    def __init__(self, mean=0.0, std=1.0, seed=None):
+    def __init__(self, mean=0.0, std=1.0, seed=None, rng="keras"):
         self.mean = _check_real(mean, self.op_name, "mean")
         self.std = _check_real(std, self.op_name, "std")
         if std < 0:
@@ -430,10 +465,14 @@ class GaussianFill(RandomFill):
                 f"{self.op_name}: argument `std` must be >= 0 (Caffe2: 'stdv_in must be "
                 f"positive'), got std={std!r}."
             )
-        super().__init__(seed)
+        super().__init__(seed, rng)
 
     def _fill(self, shape, dtype):
         dtype = self._float_dtype(dtype)
+        if self.rng == "caffe2":
+            return self._caffe2_tensor(
+                lambda n: _caffe2_rng.gaussian(self.seed, n, self.mean, self.std), shape, dtype
+            )
         return keras.random.normal(shape, mean=self.mean, stddev=self.std, dtype=dtype, seed=self.seed)
 
     def get_config(self):
@@ -446,14 +485,23 @@ class UniformFill(RandomFill):
 
     formula = "x ~ uniform[min, max)"
 
-    def __init__(self, min=0.0, max=1.0, seed=None):  # noqa: A002 - Caffe2's names
+    def __init__(self, min=0.0, max=1.0, seed=None, rng="keras"):  # noqa: A002 (Caffe2's)
         self.min = _check_real(min, self.op_name, "min")
         self.max = _check_real(max, self.op_name, "max")
         _check_min_max(self.min, self.max, self.op_name)
-        super().__init__(seed)
+        super().__init__(seed, rng)
+        if rng == "caffe2" and not np.float32(self.min) < np.float32(self.max):
+            raise ValueError(
+                f"{self.op_name}: Caffe2 passes min and max as float32, where min={self.min!r} "
+                f"and max={self.max!r} are no longer min < max."
+            )
 
     def _fill(self, shape, dtype):
         dtype = self._float_dtype(dtype)
+        if self.rng == "caffe2":
+            return self._caffe2_tensor(
+                lambda n: _caffe2_rng.uniform(self.seed, n, self.min, self.max), shape, dtype
+            )
         return keras.random.uniform(shape, minval=self.min, maxval=self.max, dtype=dtype, seed=self.seed)
 
     def get_config(self):
@@ -467,13 +515,19 @@ class XavierFill(RandomFill):
     LeCun-uniform variance 1/fan_in (not Glorot's). ``layout="keras"`` reads the
     output axis as the last one (Dense [in, out], Conv HWIO); ``"caffe2"`` as axis 0.
     A 1-D shape has fan_in 1, so the limit is sqrt(3), as in Caffe2.
+
+    ``rng="caffe2"``: with ``layout="caffe2"``, Caffe2's array for this shape. With
+    ``layout="keras"``, the same parameter in Keras layout: Caffe2's array for the
+    Caffe2-layout shape ``(out, in, *spatial)`` of the Keras shape ``(*spatial, in, out)``,
+    moved there (Dense ``[in, out]`` = Caffe2's ``[out, in]`` transposed; Conv HWIO =
+    OIHW ``.transpose(2, 3, 1, 0)``; 1-D shapes are the same in both layouts).
     """
 
     formula = "x ~ uniform(-L, L), L = sqrt(3 / fan_in), fan_in = numel / shape[out axis]"
 
-    def __init__(self, seed=None, layout="keras"):
+    def __init__(self, seed=None, layout="keras", rng="keras"):
         self.layout = _fans.check_layout(layout, self.op_name)
-        super().__init__(seed)
+        super().__init__(seed, rng)
 
     def _check_shape(self, shape):
         _fans.xavier_fan_in(shape, self.layout, self.op_name)
@@ -486,6 +540,13 @@ class XavierFill(RandomFill):
     def _fill(self, shape, dtype):
         dtype = self._float_dtype(dtype)
         limit = self.limit(shape)
+        if self.rng == "caffe2":
+            return self._caffe2_tensor(
+                lambda n: _caffe2_rng.uniform(self.seed, n, -limit, limit),
+                shape,
+                dtype,
+                self.layout,
+            )
         return keras.random.uniform(shape, minval=-limit, maxval=limit, dtype=dtype, seed=self.seed)
 
     def get_config(self):
@@ -498,13 +559,14 @@ class MSRAFill(RandomFill):
 
     He initialization scaled by the *output* size, as Caffe2 does. ``layout="keras"``
     reads the input axis as the one before last; ``"caffe2"`` as axis 1. Needs >= 2-D.
+    ``rng="caffe2"`` moves Caffe2's values between layouts as XavierFill does.
     """
 
     formula = "x ~ normal(0, sqrt(2 / fan_out)), fan_out = numel / shape[in axis]"
 
-    def __init__(self, seed=None, layout="keras"):
+    def __init__(self, seed=None, layout="keras", rng="keras"):
         self.layout = _fans.check_layout(layout, self.op_name)
-        super().__init__(seed)
+        super().__init__(seed, rng)
 
     def _check_shape(self, shape):
         _fans.msra_fan_out(shape, self.layout, self.op_name)
@@ -516,6 +578,11 @@ class MSRAFill(RandomFill):
 
     def _fill(self, shape, dtype):
         dtype = self._float_dtype(dtype)
+        if self.rng == "caffe2":
+            std = self.std(shape)
+            return self._caffe2_tensor(
+                lambda n: _caffe2_rng.gaussian(self.seed, n, 0.0, std), shape, dtype, self.layout
+            )
         return keras.random.normal(shape, mean=0.0, stddev=self.std(shape), dtype=dtype, seed=self.seed)
 
     def get_config(self):
@@ -542,14 +609,24 @@ class UniformIntFill(_IntegerFill):
 
     formula = "x ~ uniform integers in [min, max] (max inclusive)"
 
-    def __init__(self, min=0, max=1, seed=None):  # noqa: A002 - Caffe2's names
+    def __init__(self, min=0, max=1, seed=None, rng="keras"):  # noqa: A002 (Caffe2's)
         self.min = _check_int(min, self.op_name, "min")
         self.max = _check_int(max, self.op_name, "max")
         _check_min_max(self.min, self.max, self.op_name)
-        super().__init__(seed)
+        super().__init__(seed, rng)
+        int32 = np.iinfo(np.int32)
+        if rng == "caffe2" and not int32.min <= self.min < self.max <= int32.max:
+            raise ValueError(
+                f"{self.op_name}: Caffe2's UniformIntFill is int32, so rng='caffe2' needs "
+                f"min and max in the int32 range, got min={self.min}, max={self.max}."
+            )
 
     def _fill(self, shape, dtype):
         self._check_bounds_fit(dtype)
+        if self.rng == "caffe2":
+            return self._caffe2_tensor(
+                lambda n: _caffe2_rng.uniform_int(self.seed, n, self.min, self.max), shape, dtype
+            )
         draw_dtype = self._draw_dtype()
         _check_backend_holds(draw_dtype, self.op_name)
         values = keras.random.randint(shape, self.min, self.max + 1, dtype=draw_dtype, seed=self.seed)
@@ -568,7 +645,7 @@ class UniqueUniformFill(_IntegerFill):
 
     formula = "x = distinct integers drawn from [min, max] \\ avoid"
 
-    def __init__(self, min, max, avoid=(), seed=None):  # noqa: A002 - Caffe2's names
+    def __init__(self, min, max, avoid=(), seed=None, rng="keras"):  # noqa: A002
         self.min = _check_int(min, self.op_name, "min")
         self.max = _check_int(max, self.op_name, "max")
         _check_min_max(self.min, self.max, self.op_name)
@@ -580,7 +657,7 @@ class UniqueUniformFill(_IntegerFill):
                 f"{self.op_name}: argument `avoid` must hold integers, got {avoid.dtype}."
             )
         self.avoid = tuple(int(v) for v in avoid)
-        super().__init__(seed)
+        super().__init__(seed, rng)
 
     def _available(self):
         inside = np.unique([v for v in self.avoid if self.min <= v <= self.max]).astype(np.int64)
@@ -597,6 +674,15 @@ class UniqueUniformFill(_IntegerFill):
 
     def _fill(self, shape, dtype):
         self._check_bounds_fit(dtype)
+        if self.rng == "caffe2":
+            # Caffe2 draws 64-bit numbers only for an INT64 output with a range >= 2**32.
+            return self._caffe2_tensor(
+                lambda n: _caffe2_rng.unique_uniform_int(
+                    self.seed, n, self.min, self.max, self.avoid, wide=dtype == "int64"
+                ),
+                shape,
+                dtype,
+            )
         count, inside = self._available()
         # One Keras draw seeds the sampler, so int seeds repeat and SeedGenerators advance.
         sampler_seed = keras.random.randint((2,), 0, 2**31 - 1, dtype="int32", seed=self.seed)

@@ -46,6 +46,12 @@ def build(name, kwargs=None):
     params = inspect.signature(cls.__init__).parameters
     accepted = [p for p in params if p != "self"]
     unknown = [k for k in kwargs if k not in accepted]
+    if "rng" in unknown:
+        random_ops = [n for n in fill_ops() if "rng" in inspect.signature(_FILL_OPS[n]).parameters]
+        raise ValueError(
+            f"{name}: Caffe2 draws no random numbers for {name}, so argument `rng` does not "
+            f"apply; it applies to the random fills: {', '.join(random_ops)}."
+        )
     if unknown:
         hints = {k: difflib.get_close_matches(k, accepted, n=1) for k in unknown}
         hint = "".join(f" Did you mean {v[0]!r} for {k!r}?" for k, v in hints.items() if v)

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of tfinit against the Keras/TensorFlow built-ins."""
