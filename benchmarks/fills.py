@@ -12,6 +12,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -88,7 +89,7 @@ def load_memory(mode):
     for method in methods:
         out = subprocess.run(
             [sys.executable, "-m", "benchmarks._load_peak", method, str(count)],
-            check=True, capture_output=True, text=True,
+            check=True, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
         ).stdout
         m = json.loads(out.strip().splitlines()[-1])
         grown = m["peak_after"] - m["rss_before"]
