@@ -79,12 +79,13 @@ def run(mode):
     return rows
 
 
-def load_memory(mode):
+def load_memory(mode, methods=None, mebi_floats=None):
     """Peak memory of loading a ``given_mi``M-float array, each method in its own process."""
-    count = SIZES[mode]["given_mi"] * 2**20
-    methods = ["tf.Variable(array)", "GivenTensorFill"]
-    if _load_peak.external_available():
-        methods.append("ExternalInitializer")
+    count = (mebi_floats or SIZES[mode]["given_mi"]) * 2**20
+    if methods is None:
+        methods = ["tf.Variable(array)", "GivenTensorFill"]
+        if _load_peak.external_available():
+            methods.append("ExternalInitializer")
     rows = []
     for method in methods:
         out = subprocess.run(

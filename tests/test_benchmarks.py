@@ -104,3 +104,17 @@ def test_markdown_table_lists_union_of_columns():
     md = bench_run.to_markdown([{"name": "a", "x": 1}, {"name": "b", "y": 2}])
     assert md.splitlines() == ["| name | x | y |", "|---|---|---|", "| a | 1 |  |",
                                "| b |  | 2 |"]
+
+
+def test_given_tensor_fill_loads_with_one_copy():
+    """Peak memory (not time): a 128 MiB GivenTensorFill variable costs about one array.
+
+    tf.Variable(array) holds two copies at its peak; GivenTensorFill hands TF one private
+    copy that the variable adopts. 1.5 separates one copy from two with room for allocator
+    slack; the peak must be reached during the load for the figure to be exact.
+    """
+    from benchmarks import fills
+
+    (row,) = fills.load_memory("smoke", methods=["GivenTensorFill"], mebi_floats=32)
+    assert not row["bound_only"], row
+    assert 0.95 <= row["copies"] < 1.5, row
