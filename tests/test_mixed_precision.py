@@ -69,6 +69,38 @@ def test_reverse_sees_fp32_with_16bit_copy(compute_dtype):
     assert layer(np.ones((1, 2), np.float32)).dtype == tf.as_dtype(compute_dtype)
 
 
+def test_reverse_reads_cached_copy_with_keras_mixed_gradients():
+    x = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
+    with mp.scope("reverse", "float16"):
+        ours = keras.layers.Dense(2)
+        ours.build((None, 3))
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        ref = keras.layers.Dense(2)
+        ref.build((None, 3))
+    finally:
+        keras.config.set_dtype_policy("float32")
+    ref.set_weights(ours.get_weights())
+
+    def run(layer):
+        with tf.GradientTape() as tape:
+            h = layer(x)  # the kernel is read twice: gradients from both reads accumulate
+            y = layer(tf.concat([h, h[:, :1]], axis=1))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        return y.numpy(), [g.numpy() for g in tape.gradient(loss, layer.trainable_variables)]
+
+    (y1, g1), (y2, g2) = run(ours), run(ref)
+    assert y1.dtype == np.float16 and y1.tobytes() == y2.tobytes()
+    for a, b in zip(g1, g2):
+        assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
+    # The forward pass reads the cached copy: a master changed behind its back is not seen
+    # until the copy is refreshed.
+    ours.kernel.value.assign(tf.zeros((3, 2)))
+    assert run(ours)[0].tobytes() == y1.tobytes()
+    mp.sync_copies(ours)
+    assert run(ours)[0].tobytes() != y1.tobytes()
+
+
 def test_scope_restores_policy_and_nests():
     before = keras.config.dtype_policy().name
     with mp.scope("pseudo_fp16", "bfloat16"):
@@ -316,6 +348,20 @@ def test_16bit_variable_without_master_is_an_error():
                                 layer.trainable_variables))
 
 
+def test_weight_decay_exclusion_reaches_the_masters():
+    with mp.scope():
+        layer = keras.layers.Dense(2, kernel_initializer="ones", bias_initializer="ones")
+        layer.build((None, 2))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0, weight_decay=0.5),
+                                   loss_scale=None)
+    opt.exclude_from_weight_decay(var_list=[layer.bias])
+    opt.apply_gradients(zip([tf.zeros((2, 2), tf.float16), tf.zeros(2, tf.float16)],
+                            layer.trainable_variables))
+    np.testing.assert_array_equal(master(layer.kernel).numpy(), np.full((2, 2), 0.5))
+    np.testing.assert_array_equal(master(layer.bias).numpy(), np.ones(2))
+    assert_copies_synced(layer.weights)
+
+
 def test_fp32_variables_without_master_update_normally():
     v = tf.Variable([1.0])
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.5), loss_scale=4.0)
@@ -371,7 +417,9 @@ def test_fit_converges_each_mode_and_dtype(mode, compute_dtype):
     sixteen = compute_dtype if mode == "pseudo_fp16" else "float32"
     assert kinds["Embedding"] == [sixteen] and set(kinds["Conv2D"]) == {sixteen}
     assert set(kinds["BatchNormalization"]) == {"float32"}
-    model.compile(mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2)), "mse")
+    # XLA (what jit_compile="auto" picks on GPUs) for one dtype per mode.
+    model.compile(mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2)), "mse",
+                  jit_compile=compute_dtype == "float16")
     first = model.evaluate(x, y, verbose=0)
     model.fit(x, y, epochs=8, batch_size=16, verbose=0)
     last = model.evaluate(x, y, verbose=0)

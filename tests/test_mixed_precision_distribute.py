@@ -4,7 +4,9 @@ Logical devices must be configured before TensorFlow initialises, so the checks 
 fresh interpreter (tests/_mixed_precision_mirrored.py): the scope entered outside
 strategy.scope() is refused; inside it masters and copies are MirroredVariables; a custom
 loop converges; an overflow on replica 1 only skips the step on every replica, leaving
-masters, copies and slots bit-identical; copies == cast(masters) on every replica.
+masters, copies and slots bit-identical; model.fit in reverse/bfloat16 converges; a
+tf.train.Checkpoint round trip restores distributed masters bit-exactly; sync_copies works
+outside the strategy scope; copies == cast(masters) on every replica.
 """
 
 import os

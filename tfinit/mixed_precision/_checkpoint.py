@@ -12,9 +12,10 @@
   returns the value the code computes with.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
+from keras.src.backend.common.variables import get_autocast_scope
 
 from tfinit.mixed_precision import _pairs
 
@@ -51,7 +52,22 @@ def _deps(op):
 
 
 class PairedVariable(keras.Variable):
-    """A Keras variable with an fp32 master: assigns go to the master, numpy is the master."""
+    """A Keras variable with an fp32 master: assigns go to the master, numpy is the master.
+
+    In reverse mode, a read under Keras's autocast (a layer call with a mixed policy)
+    returns the cached 16-bit copy instead of casting the fp32 variable on every read;
+    the gradient still reaches the fp32 variable (cast to fp32, as Keras's cast does).
+    """
+
+    def _maybe_autocast(self, value):
+        info = _pairs.lookup(self)
+        scope = get_autocast_scope()
+        if (info is not None and self._autocast and scope is not None and scope.dtype
+                and value is self._value and not _pairs.is_pseudo(info)):
+            copy = _pairs.copy_of(info)
+            if tf.as_dtype(scope.dtype) == copy.dtype:
+                return _read_copy(value, copy)
+        return super()._maybe_autocast(value)
 
     def assign(self, value):
         info = _pairs.lookup(self)
@@ -82,6 +98,21 @@ class PairedVariable(keras.Variable):
     def __array__(self, dtype=None):
         master = np.asarray(_pairs.master_of(_pairs.lookup(self)).numpy())
         return master if dtype is None else master.astype(dtype)
+
+
+def _read_copy(param, copy):
+    """The copy's value, with the gradient routed to ``param`` (cast to its dtype)."""
+
+    @tf.custom_gradient
+    def read(param_value):
+        def grad(upstream, variables=None):
+            cast = tf.cast(upstream, param_value.dtype)
+            return (cast, [None] * len(variables)) if variables else cast
+
+        return tf.identity(copy.read_value() if hasattr(copy, "read_value")
+                           else tf.convert_to_tensor(copy)), grad
+
+    return read(tf.convert_to_tensor(param))
 
 
 def _as_tensor(value):

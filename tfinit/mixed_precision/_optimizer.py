@@ -210,6 +210,11 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
     def iterations(self):
         return self.inner_optimizer.iterations
 
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """As Keras's, for the inner optimizer; paired variables map to their masters."""
+        targets = self._targets(var_list)[0] if var_list else None
+        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
+
     def finalize_variable_values(self, var_list):
         targets, infos = self._targets(var_list)
         self.inner_optimizer.finalize_variable_values(targets)

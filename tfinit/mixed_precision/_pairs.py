@@ -80,7 +80,12 @@ def refresh(infos):
             strategy.extended.update(copy, _assign_cast, args=(master,), group=False)
 
     strategy = tf.distribute.get_strategy()
-    if tf.distribute.in_cross_replica_context():
+    owner = getattr(pairs[0][0], "_distribute_strategy", None)
+    if owner is not None and owner is not strategy:
+        # Distributed variables touched outside their strategy (e.g. after fit returns).
+        with owner.scope():
+            update(owner, pairs)
+    elif tf.distribute.in_cross_replica_context():
         update(strategy, pairs)
     else:
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, pairs)
