@@ -1,8 +1,13 @@
 """Child process: peak memory of loading one large float32 parameter one way.
 
 ``python -m benchmarks._load_peak METHOD COUNT`` prints one JSON line with the array's
-bytes, the resident set size just before the load and the peak (``ru_maxrss``) after it.
-Run in a fresh process so that nothing else shares the peak.
+bytes, the resident set size just before the load and the peak after it. Run in a fresh
+process so that nothing else shares the peak.
+
+The peak is Linux's ``VmHWM``, reset to the current RSS just before the load (``5`` written
+to ``/proc/self/clear_refs``), so it is the load's own peak. ``ru_maxrss`` cannot be reset
+and keeps the parent's high-water mark across fork and exec, so where the reset is not
+available ``ru_maxrss`` is used and the figure is only exact when the load sets a new peak.
 """
 
 import gc
@@ -48,7 +53,23 @@ def _rss():
 
 
 def _peak():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _reset_peak():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def main(method, count):
@@ -56,12 +77,13 @@ def main(method, count):
     load(np.zeros(16, np.float32))  # first-use costs (kernels, allocator) outside the window
     array = np.random.default_rng(0).standard_normal(count, dtype=np.float32)
     gc.collect()
+    reset = _reset_peak()
     rss, peak = _rss(), _peak()
     kept = load(array)
     after = _peak()
     assert kept is not None
     print(json.dumps({"method": method, "array_bytes": array.nbytes, "rss_before": rss,
-                      "peak_before": peak, "peak_after": after}))
+                      "peak_before": peak, "peak_after": after, "peak_reset": reset}))
 
 
 if __name__ == "__main__":
