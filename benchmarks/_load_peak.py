@@ -28,7 +28,8 @@ import tfinit  # noqa: E402
 def _external(array):
     from tfinit.initializers import ExternalInitializer
 
-    return ExternalInitializer({"w": array}).create_param(param_name="w", shape=array.shape)
+    info = ExternalInitializer({"w": array}).create_param(param_name="w", shape=array.shape)
+    return info.param
 
 
 METHODS = {
