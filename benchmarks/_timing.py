@@ -31,14 +31,20 @@ def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
             times[label].append(time.perf_counter() - start)
     median = {label: statistics.median(t) for label, t in times.items()}
 
-    def paired_ratio(label):
-        return round(statistics.median(o / b for o, b in zip(times["ours"], times[label])), 3)
+    def ratios(label):
+        return [o / b for o, b in zip(times["ours"], times[label])]
 
+    def paired_ratio(label):
+        return round(statistics.median(ratios(label)), 3)
+
+    q1, _, q3 = statistics.quantiles(ratios("baseline"), n=4, method="inclusive")
     row = {
         "name": name,
         "ours_ms": round(median["ours"] * 1e3, 3),
         "baseline_ms": round(median["baseline"] * 1e3, 3),
         "ratio": paired_ratio("baseline"),
+        # the middle half of the per-round ratios: how much the machine's noise moves them
+        "ratio_iqr": [round(q1, 3), round(q3, 3)],
     }
     for label in others or {}:
         row[f"{label}_ms"] = round(median[label] * 1e3, 3)

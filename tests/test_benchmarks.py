@@ -50,6 +50,8 @@ def test_timed_rows_have_finite_positive_times_and_ratios(results):
                 assert _positive(row[key]), (name, row)
             for key in [k for k in row if k.startswith("ratio_vs_") or k.endswith("_ms")]:
                 assert _positive(row[key]), (name, key, row)
+            q1, q3 = row["ratio_iqr"]
+            assert 0 < q1 <= row["ratio"] <= q3, row  # the median lies in the middle half
 
 
 def test_fills_cover_every_pair_and_given_values(results):
