@@ -54,6 +54,20 @@ def test_pseudo_fp16_dense_sees_16bit_copy_with_fp32_master():
     assert y.dtype == tf.float16
 
 
+def test_initializer_that_only_fills_16bit_falls_back_to_the_16bit_value():
+    def only_half(shape, dtype=None):
+        if dtype != "float16":
+            raise ValueError("float16 only")
+        return tf.fill(shape, tf.constant(0.1, tf.float16))
+
+    with mp.scope("pseudo_fp16", "float16"):
+        layer = keras.layers.Dense(2, kernel_initializer=only_half)
+        layer.build((None, 2))
+    np.testing.assert_array_equal(master(layer.kernel).numpy(),
+                                  np.full((2, 2), np.float16(0.1), np.float32))
+    assert_copies_synced(layer.weights)
+
+
 @pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
 def test_reverse_sees_fp32_with_16bit_copy(compute_dtype):
     with mp.scope("reverse", compute_dtype):
@@ -132,11 +146,13 @@ def test_normalization_layers_keep_fp32_and_explicit_fp32_untouched():
     with mp.scope("pseudo_fp16", "float16"):
         bn = keras.layers.BatchNormalization()
         ln = keras.layers.LayerNormalization()
+        gn = keras.layers.GroupNormalization(groups=2)
+        gn.build((None, 4))
         dense32 = keras.layers.Dense(2, dtype="float32")
         bn.build((None, 4))
         ln.build((None, 4))
         dense32.build((None, 4))
-    for v in bn.weights + ln.weights + dense32.weights:
+    for v in bn.weights + ln.weights + gn.weights + dense32.weights:
         assert v.dtype == "float32", v.path
         assert _pairs.lookup(v) is None
     assert bn(np.ones((2, 4), np.float16)).dtype == tf.float16
@@ -427,3 +443,21 @@ def test_fit_converges_each_mode_and_dtype(mode, compute_dtype):
     assert_copies_synced(model.weights)
     # Adam's slots for paired variables live on the masters, in fp32.
     assert {v.dtype for v in model.optimizer.inner_optimizer.variables} <= {"float32", "int64"}
+
+
+def test_softmax_classifier_with_crossentropy_trains_in_pseudo_fp16():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    labels = np.argmax(x[:, :3], axis=1)
+    keras.utils.set_random_seed(1)
+    with mp.scope("pseudo_fp16", "float16"):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="relu"),
+                                  keras.layers.Dense(3, activation="softmax")])
+    assert model(x).dtype == tf.float16
+    model.compile(mp.MasterWeightOptimizer(keras.optimizers.Adam(3e-2)),
+                  "sparse_categorical_crossentropy", metrics=["accuracy"])
+    before = model.evaluate(x, labels, verbose=0)[1]
+    model.fit(x, labels, epochs=10, batch_size=32, verbose=0)
+    loss, after = model.evaluate(x, labels, verbose=0)
+    assert np.isfinite(loss) and after >= 0.85 and after > before, (before, after)
+    assert_copies_synced(model.weights)

@@ -217,8 +217,8 @@ def _create(settings, next_creator, **kwargs):
     with tf.init_scope():
         if settings.mode == "pseudo_fp16" and owner is not None and initializer is not None:
             # Caffe2's PseudoFP16Initializer: fill the fp32 master, the copy is its cast.
-            value = tf.convert_to_tensor(initializer(owner._shape, dtype="float32"))
-        elif value is None:
+            value = _fill_fp32(initializer, owner._shape)
+        if value is None:
             value = tf.convert_to_tensor(initial_value() if callable(initial_value)
                                          else initial_value, dtype=requested)
         master_value = tf.cast(value, tf.float32)
@@ -244,6 +244,15 @@ def _create(settings, next_creator, **kwargs):
     if owner is not None:
         _checkpoint.adopt(owner)
     return param
+
+
+def _fill_fp32(initializer, shape):
+    """The initializer's fp32 values, or None when it only fills the dtype Keras asked for."""
+    try:
+        value = tf.convert_to_tensor(initializer(shape, dtype="float32"))
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    return value if value.dtype == tf.float32 else None
 
 
 def _pairs_up(settings, dtype, owner):

@@ -97,7 +97,6 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
 
     def build(self, var_list):
         targets, _ = self._targets(var_list)
-        # Variables created here must not be paired by an active scope.
         self.step_counter = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation="only_first_replica",
             name="step_counter")
@@ -159,14 +158,14 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
             tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, targets))
 
     def _unscale(self, grads):
-        inverse = None if self.loss_scale is None else 1.0 / self.dynamic_scale
+        scale = None if self.loss_scale is None else ops.convert_to_tensor(self.dynamic_scale)
         out = []
         for grad in grads:
             if grad is not None:
                 grad = _map_values(grad, lambda g: tf.cast(g, tf.float32) if g.dtype in
                                    _pairs.SIXTEEN_BIT else g)
-                if inverse is not None:
-                    grad = _map_values(grad, lambda g: g * tf.cast(inverse, g.dtype))
+                if scale is not None:
+                    grad = _map_values(grad, lambda g: g / tf.cast(scale, g.dtype))
             out.append(grad)
         return out
 
