@@ -20,8 +20,8 @@ HERE = Path(__file__).resolve().parent
 TITLES = {
     "fills": "Fills: tfinit vs the Keras/TensorFlow equivalent (ms per call)",
     "load_memory": "Loading a large external parameter: peak memory (copies of the array)",
-    "training": "Training step: pseudo_fp16 + MasterWeightOptimizer vs Keras mixed precision "
-                "(ms per compiled Adam step)",
+    "training": "Training step: tfinit (pseudo_fp16 or reverse) + MasterWeightOptimizer vs "
+                "Keras mixed precision (ms per compiled Adam step)",
     "memory": "Persistent bytes per parameter with Adam",
     "scaling": "Scaling: float16 training step as the width doubles (ms per step)",
 }

@@ -4,7 +4,8 @@ Contenders, each an Adam step in a ``tf.function`` (``jit_compile=False``), writ
 Keras's own ``fit`` writes it (``scale_loss`` inside the tape, ``apply`` after):
 
 - ``ours``: the model built in ``tfinit.mixed_precision.scope("pseudo_fp16", dtype)``
-  (16-bit variables, fp32 masters) and ``MasterWeightOptimizer(Adam)``;
+  (16-bit variables, fp32 masters) and ``MasterWeightOptimizer(Adam)``; the same in
+  ``"reverse"`` mode (fp32 variables, cached 16-bit copies) in rows of their own;
 - ``baseline``: Keras's ``mixed_<dtype>`` policy (fp32 variables cast on every read) and,
   for float16, ``LossScaleOptimizer(Adam)`` as ``compile`` wraps it; bfloat16 needs no loss
   scaling in Keras, nor in ours (``loss_scale=None``);
@@ -102,9 +103,10 @@ class Contender:
         return sum(node.op == op_type for node in nodes)
 
 
-def compare_step(kind, width, compute_dtype, repeats, steps, batch, with_fp32=True):
-    """One row: pseudo_fp16 + MWO vs Keras mixed (and fp32), interleaved medians per step."""
-    ours = Contender("pseudo_fp16", kind, width, compute_dtype, batch)
+def compare_step(kind, width, compute_dtype, repeats, steps, batch, with_fp32=True,
+                 ours_mode="pseudo_fp16"):
+    """One row: tfinit (``ours_mode`` + MWO) vs Keras mixed (and fp32), medians per step."""
+    ours = Contender(ours_mode, kind, width, compute_dtype, batch)
     base = Contender("keras_mixed", kind, width, compute_dtype, batch)
     others = {"fp32": Contender("fp32", kind, width, compute_dtype, batch)} if with_fp32 else {}
     contenders = {"ours": ours, "baseline": base, **others}
@@ -115,7 +117,7 @@ def compare_step(kind, width, compute_dtype, repeats, steps, batch, with_fp32=Tr
     casts = {f"casts_{label}": c.op_count("Cast") for label, c in contenders.items()}
     params = sum(int(np.prod(v.shape)) for v in ours.model.trainable_variables)
     row = compare(
-        f"{kind} width {width} {compute_dtype}: pseudo_fp16+MWO vs mixed_{compute_dtype}",
+        f"{kind} width {width} {compute_dtype}: {ours_mode}+MWO vs mixed_{compute_dtype}",
         lambda: ours.run(steps),
         lambda: base.run(steps),
         repeats,
@@ -142,8 +144,10 @@ def sizes(mode):
 def run(mode):
     s = sizes(mode)
     rows = []
-    for compute_dtype in ("float16", "bfloat16"):
-        for kind in MODELS:
-            rows.append(compare_step(kind, s[kind], compute_dtype, s["repeats"], s["steps"],
-                                     s["batch"]))
+    for ours_mode in ("pseudo_fp16", "reverse"):
+        for compute_dtype in ("float16", "bfloat16"):
+            for kind in MODELS:
+                rows.append(compare_step(kind, s[kind], compute_dtype, s["repeats"], s["steps"],
+                                         s["batch"], with_fp32=ours_mode == "pseudo_fp16",
+                                         ours_mode=ours_mode))
     return rows
