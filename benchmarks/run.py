@@ -16,6 +16,8 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 HERE = Path(__file__).resolve().parent
+if __name__ == "__main__" and str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))  # `python benchmarks/run.py` from anywhere
 
 TITLES = {
     "fills": "Fills: tfinit vs the Keras/TensorFlow equivalent (ms per call)",
