@@ -21,6 +21,7 @@ MODES = [
     ("pseudo_fp16 float16", "pseudo_fp16", "float16"),
     ("pseudo_fp16 bfloat16", "pseudo_fp16", "bfloat16"),
     ("reverse float16", "reverse", "float16"),
+    ("reverse bfloat16", "reverse", "bfloat16"),
 ]
 
 

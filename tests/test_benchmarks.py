@@ -88,7 +88,7 @@ def test_memory_bytes_per_parameter_follow_the_dtypes(results):
     # fp32 weight + Adam's two fp32 slots = 12 bytes; a 16-bit copy adds 2. Scalars (step
     # counters, loss scale) add a little, under 0.1 byte per parameter even at smoke size.
     expected = {"fp32": 12, "mixed_float16 (Keras)": 12, "pseudo_fp16 float16": 14,
-                "pseudo_fp16 bfloat16": 14, "reverse float16": 14}
+                "pseudo_fp16 bfloat16": 14, "reverse float16": 14, "reverse bfloat16": 14}
     for name, value in expected.items():
         assert value <= rows[name]["bytes_per_param"] < value + 0.1, rows[name]
     assert rows["pseudo_fp16 float16"]["float16_bytes_per_param"] == 2.0
