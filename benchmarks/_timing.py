@@ -1,28 +1,54 @@
-"""Interleaved timing: both contenders run alternately, medians are compared."""
+"""Interleaved timing: the contenders run in turn, medians are compared."""
 
 import statistics
 import time
 
 
-def compare(name, ours, baseline, repeats, warmup=1, **extra):
-    """Median wall time of ``ours()`` and ``baseline()`` run alternately; ratio ours/baseline."""
+def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
+    """Median wall time of ``ours()`` and ``baseline()`` run in turn, and their ratio.
+
+    ``ratio`` is the median over rounds of ours/baseline within the round: each round runs
+    every contender once, back to back, so a change of machine load between rounds (the
+    machine may be shared) cancels out of the ratio.
+
+    ``others`` (label -> callable) are interleaved too and reported as ``<label>_ms`` and
+    ``ratio_vs_<label>``. The running order rotates every round, so no contender always runs
+    first (after the others have warmed the caches) or last.
+    """
+    contenders = [("ours", ours), ("baseline", baseline), *(others or {}).items()]
     for _ in range(warmup):
-        ours()
-        baseline()
-    times = {"ours": [], "baseline": []}
+        for _, fn in contenders:
+            fn()
+    times = {label: [] for label, _ in contenders}
     for i in range(repeats):
-        pair = [("ours", ours), ("baseline", baseline)]
-        for label, fn in pair if i % 2 == 0 else pair[::-1]:
+        shift = i % len(contenders)
+        order = contenders[shift:] + contenders[:shift]
+        if (i // len(contenders)) % 2:
+            order = order[::-1]
+        for label, fn in order:
             start = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - start)
-    ours_s = statistics.median(times["ours"])
-    base_s = statistics.median(times["baseline"])
-    return {
+    median = {label: statistics.median(t) for label, t in times.items()}
+
+    def ratios(label):
+        return [o / b for o, b in zip(times["ours"], times[label])]
+
+    def paired_ratio(label):
+        return round(statistics.median(ratios(label)), 3)
+
+    q1, _, q3 = statistics.quantiles(ratios("baseline"), n=4, method="inclusive")
+    row = {
         "name": name,
-        "ours_ms": round(ours_s * 1e3, 3),
-        "baseline_ms": round(base_s * 1e3, 3),
-        "ratio": round(ours_s / base_s, 3),
-        "repeats": repeats,
-        **extra,
+        "ours_ms": round(median["ours"] * 1e3, 3),
+        "baseline_ms": round(median["baseline"] * 1e3, 3),
+        "ratio": paired_ratio("baseline"),
+        # the middle half of the per-round ratios: how much the machine's noise moves them
+        "ratio_iqr": [round(q1, 3), round(q3, 3)],
     }
+    for label in others or {}:
+        row[f"{label}_ms"] = round(median[label] * 1e3, 3)
+        row[f"ratio_vs_{label}"] = paired_ratio(label)
+    row["repeats"] = repeats
+    row.update(extra)
+    return row

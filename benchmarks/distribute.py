@@ -14,10 +14,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(quick):
+def run(mode):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    argv = [sys.executable, "-m", "benchmarks.distribute"] + (["--quick"] if quick else [])
+    argv = [sys.executable, "-m", "benchmarks.distribute", f"--{mode}"]
     result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO,
                             timeout=1800)
     if result.returncode != 0:
@@ -25,7 +25,14 @@ def run(quick):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _measure(quick):
+SIZES = {  # width, global batch, steps per call, repeats
+    "smoke": (32, 16, 2, 2),
+    "quick": (256, 64, 5, 5),
+    "full": (1024, 256, 10, 11),
+}
+
+
+def _measure(mode):
     import numpy as np
     import tensorflow as tf
 
@@ -37,8 +44,7 @@ def _measure(quick):
     from tfinit import mixed_precision as mp
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    width, batch, steps = (256, 64, 5) if quick else (1024, 256, 10)
-    repeats = 5 if quick else 11
+    width, batch, steps, repeats = SIZES[mode]
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch * steps, width)).astype(np.float32)
     y = rng.normal(size=(batch * steps, 1)).astype(np.float32)
@@ -113,4 +119,5 @@ def _measure(quick):
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    print(json.dumps(_measure("--quick" in sys.argv[1:])))
+    modes = [m for m in SIZES if f"--{m}" in sys.argv[1:]]
+    print(json.dumps(_measure(modes[0] if modes else "full")))

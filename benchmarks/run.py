@@ -1,45 +1,111 @@
-"""``python -m benchmarks [--quick]``: every side-by-side comparison, in one run.
+"""``python -m benchmarks [--quick | --smoke]``: every side-by-side comparison, in one run.
 
-Prints a Markdown table of medians and tfinit/baseline ratios and writes
-``benchmarks/results.json`` and ``benchmarks/results.md``.
+Prints a Markdown table per section and writes ``results.json`` and ``results.md``
+(in ``benchmarks/`` unless ``--out`` says otherwise). ``ratio`` is tfinit / baseline
+(below 1: tfinit is faster), the median of the ratios of interleaved runs.
 """
 
 import argparse
 import json
 import os
 import platform
+import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 HERE = Path(__file__).resolve().parent
+if __name__ == "__main__" and str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))  # `python benchmarks/run.py` from anywhere
+
+TITLES = {
+    "fills": "Fills: tfinit vs the Keras/TensorFlow equivalent (ms per call)",
+    "load_memory": "Loading a large external parameter: peak memory (copies of the array)",
+    "training": "Training step: tfinit (pseudo_fp16 or reverse) + MasterWeightOptimizer vs "
+                "Keras mixed precision (ms per compiled Adam step)",
+    "memory": "Persistent bytes per parameter with Adam",
+    "scaling": "Scaling: float16 training step as the width doubles (ms per step)",
+    "distribute": "MirroredStrategy over 2 logical CPUs: tfinit vs Keras mixed_float16 "
+                  "(ms per call of several steps)",
+}
 
 
 def _sections():
-    from benchmarks import distribute, fills
+    from benchmarks import distribute, fills, memory, scaling, training
 
-    return [("fills", fills.run), ("distribute", distribute.run)]
+    return [
+        ("fills", fills.run),
+        ("load_memory", fills.load_memory),
+        ("training", training.run),
+        ("memory", memory.run),
+        ("scaling", scaling.run),
+        ("distribute", distribute.run),
+    ]
 
 
 def to_markdown(rows):
-    lines = ["| benchmark | tfinit (ms) | baseline (ms) | ratio |", "|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['name']} | {r['ours_ms']} | {r['baseline_ms']} | {r['ratio']} |")
+    """A Markdown table of ``rows`` (dicts); columns are the union of their keys."""
+    columns = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
 
 
+def _machine():
+    import tensorflow as tf
+    import keras
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return {
+        "platform": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                    f"{'GPU: ' + str(len(gpus)) if gpus else 'CPU only'}",
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "load_average": list(os.getloadavg()),
+    }
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder for results.json / results.md")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
+                                     description=__doc__.splitlines()[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer repeats, smaller models")
+    size.add_argument("--smoke", action="store_true",
+                      help="tiny sizes, 2 repeats: checks the suite runs (figures meaningless)")
+    parser.add_argument("--out", type=Path, default=HERE,
+                        help="folder for results.json / results.md")
+    parser.add_argument("--only", nargs="+", choices=list(TITLES), help="run only these")
     args = parser.parse_args(argv)
-    results = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "quick": args.quick, "sections": {}}
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    results = {"mode": mode, "machine": _machine(), "sections": {}, "seconds": {}}
     for name, run in _sections():
-        rows = run(args.quick)
+        if args.only and name not in args.only:
+            continue
+        start = time.perf_counter()
+        rows = run(mode)
+        results["seconds"][name] = round(time.perf_counter() - start, 1)
         results["sections"][name] = rows
-        print(f"\n## {name}\n\n{to_markdown(rows)}", flush=True)
+        print(f"\n## {TITLES[name]}\n\n{to_markdown(rows)}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    md = "\n\n".join(f"## {n}\n\n{to_markdown(r)}" for n, r in results["sections"].items())
-    (args.out / "results.md").write_text(md + "\n")
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "results.md").write_text(render(results))
     return 0
+
+
+def render(results):
+    m = results["machine"]
+    head = (f"# tfinit benchmarks ({results['mode']})\n\n{m['platform']}; TensorFlow "
+            f"{m['tensorflow']}, Keras {m['keras']}; load average at start "
+            f"{m['load_average'][0]:.1f}. ratio = tfinit / baseline, median of interleaved "
+            "runs (below 1: tfinit faster).")
+    body = [f"## {TITLES[n]}\n\n{to_markdown(rows)}" for n, rows in results["sections"].items()]
+    return "\n\n".join([head, *body]) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -365,3 +365,23 @@ def test_bad_arguments_are_refused_at_construction(make, error, pattern):
 def test_bad_calls_are_refused_with_the_operator_named(init, shape, dtype, error, pattern):
     with pytest.raises(error, match=pattern):
         init(shape, dtype=dtype)
+
+
+@pytest.mark.parametrize("cls, dtype", [(tfinit.GivenTensorFill, "float32"),
+                                        (tfinit.GivenTensorDoubleFill, "float64"),
+                                        (tfinit.GivenTensorIntFill, "int32")])
+def test_given_tensor_fill_large_values_are_a_private_copy(cls, dtype):
+    """Large values reach the variable through one private copy (no memory shared either way)."""
+    source = (np.arange(2**19) % 1000).astype(dtype)  # 2-4 MiB: takes the one-copy path
+    expected = source.copy()
+    fill = cls(source)
+    variable = keras.Variable(fill, shape=source.shape, dtype=dtype)
+    np.testing.assert_array_equal(_np(variable), expected)
+    source[:10] = 7  # the caller's array changes: the variable does not
+    np.testing.assert_array_equal(_np(variable)[:10], expected[:10])
+    variable.assign_add(keras.ops.ones_like(variable))  # and updates stay in the variable
+    np.testing.assert_array_equal(source[10:20], expected[10:20])
+    np.testing.assert_array_equal(_np(variable)[10:20], expected[10:20] + 1)
+    again = _np(fill(source.shape))  # every call gives its own tensor of the current values
+    np.testing.assert_array_equal(again[:10], 7)
+    np.testing.assert_array_equal(_np(variable)[:10], expected[:10] + 1)

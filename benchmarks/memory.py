@@ -1,0 +1,63 @@
+"""Persistent bytes per parameter, per precision mode, with Adam.
+
+Counted from the variables that exist after one compiled Adam step: every ``tf.Variable``
+created while the model and its optimizer were built and stepped (found by the garbage
+collector, so masters and copies that no model attribute exposes are counted too), divided
+by the number of model parameters. Expected: fp32 and Keras mixed 4 (weight) + 8 (Adam's
+two slots) = 12; pseudo_fp16 and reverse add the 16-bit copy: 2 + 4 + 8 = 14.
+"""
+
+import gc
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks.training import Contender
+
+MODES = [
+    ("fp32", "fp32", "float16"),
+    ("mixed_float16 (Keras)", "keras_mixed", "float16"),
+    ("mixed_bfloat16 (Keras)", "keras_mixed", "bfloat16"),
+    ("pseudo_fp16 float16", "pseudo_fp16", "float16"),
+    ("pseudo_fp16 bfloat16", "pseudo_fp16", "bfloat16"),
+    ("reverse float16", "reverse", "float16"),
+    ("reverse bfloat16", "reverse", "bfloat16"),
+]
+
+
+def _tf_variables():
+    return {id(o): o for o in gc.get_objects() if isinstance(o, tf.Variable)}
+
+
+def measure(mode, compute_dtype, width):
+    """Bytes by dtype of the variables a built-and-stepped MLP + optimizer holds."""
+    gc.collect()
+    before = _tf_variables()
+    contender = Contender(mode, "mlp", width, compute_dtype, batch=8)
+    contender.run()
+    gc.collect()
+    created = [v for key, v in _tf_variables().items() if key not in before]
+    params = sum(int(np.prod(v.shape)) for v in contender.model.trainable_variables)
+    by_dtype = {}
+    for v in created:
+        nbytes = int(np.prod(v.shape)) * v.dtype.size
+        by_dtype[v.dtype.name] = by_dtype.get(v.dtype.name, 0) + nbytes
+    total = sum(by_dtype.values())
+    del contender
+    return params, total, by_dtype, len(created)
+
+
+def run(mode):
+    width = 16 if mode == "smoke" else 256
+    rows = []
+    for name, contender_mode, compute_dtype in MODES:
+        params, total, by_dtype, count = measure(contender_mode, compute_dtype, width)
+        rows.append({
+            "name": f"MLP width {width}, Adam: {name}",
+            "params": params,
+            "variables": count,
+            "bytes_per_param": round(total / params, 3),
+            **{f"{dtype}_bytes_per_param": round(b / params, 3)
+               for dtype, b in sorted(by_dtype.items())},
+        })
+    return rows
