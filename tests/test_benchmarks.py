@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.training import MODELS  # noqa: E402
 
-SECTIONS = ["fills", "load_memory", "training", "memory", "scaling"]
+SECTIONS = ["fills", "load_memory", "training", "memory", "scaling", "distribute"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_every_section_is_written(results):
 
 def test_timed_rows_have_finite_positive_times_and_ratios(results):
     data, _ = results
-    for name in ("fills", "training", "scaling"):
+    for name in ("fills", "training", "scaling", "distribute"):
         for row in data["sections"][name]:
             for key in ("ours_ms", "baseline_ms", "ratio"):
                 assert _positive(row[key]), (name, row)

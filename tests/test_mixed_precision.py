@@ -461,3 +461,19 @@ def test_softmax_classifier_with_crossentropy_trains_in_pseudo_fp16():
     loss, after = model.evaluate(x, labels, verbose=0)
     assert np.isfinite(loss) and after >= 0.85 and after > before, (before, after)
     assert_copies_synced(model.weights)
+
+
+def test_paired_keras_variables_pass_into_tf_function_as_16_bit_values():
+    # tf.function typed the argument from __array__ (the fp32 master) and then refused the
+    # float16 value: "Incompatible type conversion requested to type float32".
+    with mp.scope("pseudo_fp16", "float16"):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+
+    @tf.function
+    def double(variables):
+        return [v * 2 for v in variables]
+
+    outs = double(model.trainable_variables)
+    for out, v in zip(outs, model.trainable_variables):
+        assert out.dtype == tf.float16
+        np.testing.assert_array_equal(out.numpy(), 2 * keras.ops.convert_to_numpy(v.value))

@@ -170,6 +170,15 @@ def _tf_tensor_one_copy(array):
     return tf.experimental.dlpack.from_dlpack(copy.__dlpack__())
 
 
+def tf_tensor_from_numpy(array):
+    """``array`` as a TensorFlow tensor of its own; a large numeric one costs a single copy."""
+    if array.nbytes >= _ONE_COPY_MIN_BYTES and array.dtype.kind in "fiu":
+        return _tf_tensor_one_copy(array)
+    import tensorflow as tf
+
+    return tf.convert_to_tensor(array)
+
+
 # ---------------------------------------------------------------- base classes
 
 #: random streams of the random fills: Keras's own, or Caffe2's CPU stream replayed
@@ -438,9 +447,8 @@ class GivenTensorFill(Fill):
 
     def _fill(self, shape, dtype):
         values = self.values.reshape(shape)
-        if (values.nbytes >= _ONE_COPY_MIN_BYTES and keras.backend.backend() == "tensorflow"
-                and values.dtype == _numpy_dtype(dtype) and values.dtype.kind in "fiu"):
-            return _tf_tensor_one_copy(values)
+        if keras.backend.backend() == "tensorflow" and values.dtype == _numpy_dtype(dtype):
+            return tf_tensor_from_numpy(values)
         return _to_tensor(values, dtype, self.op_name)
 
     def get_config(self):

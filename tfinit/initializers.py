@@ -25,6 +25,7 @@ import inspect
 from collections.abc import Mapping, MutableMapping
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfinit import _fans, fills, registry
@@ -415,6 +416,8 @@ class ExternalInitializer:
                 f"{who}: parameter {param_name!r} was asked as {tf.as_dtype(dtype).name} but "
                 f"{self.source} holds {stored.name}; values are not converted."
             )
+        if isinstance(value, np.ndarray):
+            value = fills.tf_tensor_from_numpy(value)
         variable = tf.Variable(value, name=param_name, trainable=trainable)
         info = ParameterInfo(variable, shape)
         track(init_net, info)

@@ -99,6 +99,11 @@ class PairedVariable(keras.Variable):
         master = np.asarray(_pairs.master_of(_pairs.lookup(self)).numpy())
         return master if dtype is None else master.astype(dtype)
 
+    def __tf_tracing_type__(self, context):
+        # Without this, tf.function would type the argument from __array__ (the fp32
+        # master) and then refuse the 16-bit value: trace it as the variable it is.
+        return tf.TensorSpec(self.shape, self.dtype)
+
 
 def _read_copy(param, copy):
     """The copy's value, with the gradient routed to ``param`` (cast to its dtype)."""
