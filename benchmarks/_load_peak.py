@@ -40,14 +40,6 @@ METHODS = {
 }
 
 
-def external_available():
-    try:
-        from tfinit.initializers import ExternalInitializer  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -1,7 +1,7 @@
 """Fills on a 4096x4096 kernel against their Keras equivalents, and large given values.
 
 - Speed: each tfinit fill against its Keras equivalent (interleaved medians);
-  ``GivenTensorFill`` (and ``ExternalInitializer``, where this checkout has it) of a
+  ``GivenTensorFill`` and ``ExternalInitializer`` of a
   64M-element float32 array into a variable against ``tf.Variable(array)``.
 - Memory: peak resident memory of loading that array into a variable, each way in a fresh
   process (``benchmarks._load_peak``), as copies of the array: ``copies`` is the peak growth
@@ -64,10 +64,8 @@ def run(mode):
     contenders = {
         "GivenTensorFill": lambda: keras.Variable(
             tfinit.GivenTensorFill(array), shape=(count,), dtype="float32"),
+        "ExternalInitializer": lambda: _load_peak.METHODS["ExternalInitializer"](array),
     }
-    if _load_peak.external_available():
-        contenders["ExternalInitializer"] = lambda: _load_peak.METHODS["ExternalInitializer"](
-            array)
     for name, load in contenders.items():
         rows.append(compare(
             f"{name} -> variable vs tf.Variable(array), {s['given_mi']}M floats",
@@ -83,9 +81,7 @@ def load_memory(mode, methods=None, mebi_floats=None):
     """Peak memory of loading a ``given_mi``M-float array, each method in its own process."""
     count = (mebi_floats or SIZES[mode]["given_mi"]) * 2**20
     if methods is None:
-        methods = ["tf.Variable(array)", "GivenTensorFill"]
-        if _load_peak.external_available():
-            methods.append("ExternalInitializer")
+        methods = ["tf.Variable(array)", "GivenTensorFill", "ExternalInitializer"]
     rows = []
     for method in methods:
         out = subprocess.run(
