@@ -73,7 +73,6 @@ def run(mode):
             lambda: _host(tf.Variable(array)),
             s["given_repeats"],
         ))
-    del array
     return rows
 
 

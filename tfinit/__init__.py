@@ -41,5 +41,6 @@ __all__ = [
     "GivenTensorFill", "GivenTensorInt16Fill", "GivenTensorInt64Fill", "GivenTensorIntFill",
     "MSRAFill", "RangeFill", "UniformFill", "UniformIntFill", "UniqueUniformFill", "XavierFill",
     "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",
-    "ReversePseudoFP16Initializer", "fill_ops", "get", "mixed_precision", "update_initializer",
+    "ReversePseudoFP16Initializer", "distribute", "fill_ops", "get", "mixed_precision",
+    "update_initializer",
 ]

@@ -15,9 +15,7 @@ LAYOUTS = ("keras", "caffe2")
 
 def check_layout(layout, op_name):
     if layout not in LAYOUTS:
-        raise ValueError(
-            f"{op_name}: argument `layout` must be one of {LAYOUTS}, got {layout!r}."
-        )
+        raise ValueError(f"{op_name}: argument `layout` must be one of {LAYOUTS}, got {layout!r}.")
     return layout
 
 
@@ -40,7 +38,8 @@ def xavier_fan_in(shape, layout, op_name="XavierFill"):
     shape = tuple(shape)
     if not shape:
         raise ValueError(
-            f"{op_name}: shape must have at least 1 dimension to compute fan_in, got a 0-d shape ()."
+            f"{op_name}: shape must have at least 1 dimension to compute fan_in, "
+            "got a 0-d shape ()."
         )
     return _safe_div(numel(shape), shape[output_axis(shape, layout)])
 

@@ -37,7 +37,9 @@ def _positive(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a positive {kind.__name__}, got {text!r}"
+            ) from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
         return value
@@ -53,7 +55,9 @@ def _writable_folder(path):
         probe.write_text("")
         probe.unlink()
     except OSError as err:
-        raise UsageError(f"output folder {str(folder)!r} is not writable ({err.strerror or err})") from None
+        raise UsageError(
+            f"output folder {str(folder)!r} is not writable ({err.strerror or err})"
+        ) from None
     return folder
 
 
@@ -61,8 +65,13 @@ def _demo(args):
     from tfinit import demo
 
     out = _writable_folder(args.out)
-    demo.run(epochs=args.epochs, compute_dtype=args.dtype, out_dir=out, learning_rate=args.lr,
-             samples=args.samples)
+    demo.run(
+        epochs=args.epochs,
+        compute_dtype=args.dtype,
+        out_dir=out,
+        learning_rate=args.lr,
+        samples=args.samples,
+    )
     return 0
 
 
@@ -75,8 +84,9 @@ def _inspect(args):
 def _convert(args):
     from tfinit.caffe2 import _cli
 
-    return _cli.convert(args.init_net, args.predict_net, args.output, args.input_shape,
-                        error=UsageError)
+    return _cli.convert(
+        args.init_net, args.predict_net, args.output, args.input_shape, error=UsageError
+    )
 
 
 def build_parser():
@@ -93,31 +103,53 @@ def build_parser():
         "16-bit weights updated by a Keras optimizer, and tfinit pseudo_fp16 with fp32 master "
         "weights - then print a comparison table and write a PNG of the loss curves.",
     )
-    demo.add_argument("--epochs", type=_positive(int), default=20, help="epochs per run (default 20)")
-    demo.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16",
-                      help="16-bit compute dtype (default float16; bfloat16 as on TPUs)")
-    demo.add_argument("--out", default="tfinit-demo", help="folder for loss_curves.png (default ./tfinit-demo)")
-    demo.add_argument("--lr", type=_positive(float), default=0.01, help="SGD learning rate (default 0.01)")
-    demo.add_argument("--samples", type=_positive(int), default=4096,
-                      help="synthetic training examples (default 4096)")
+    demo.add_argument(
+        "--epochs", type=_positive(int), default=20, help="epochs per run (default 20)"
+    )
+    demo.add_argument(
+        "--dtype",
+        choices=["float16", "bfloat16"],
+        default="float16",
+        help="16-bit compute dtype (default float16; bfloat16 as on TPUs)",
+    )
+    demo.add_argument(
+        "--out", default="tfinit-demo", help="folder for loss_curves.png (default ./tfinit-demo)"
+    )
+    demo.add_argument(
+        "--lr", type=_positive(float), default=0.01, help="SGD learning rate (default 0.01)"
+    )
+    demo.add_argument(
+        "--samples",
+        type=_positive(int),
+        default=4096,
+        help="synthetic training examples (default 4096)",
+    )
     demo.set_defaults(run=_demo)
 
     inspect_ = commands.add_parser("inspect", help="list the ops and blobs of a Caffe2 NetDef .pb")
     inspect_.add_argument("file", help="init_net.pb / predict_net.pb (or .pbtxt)")
     inspect_.add_argument("--seed", type=int, default=None, help="seed for random fills")
-    inspect_.add_argument("--init-net", default=None,
-                          help="with a predict net: its init_net, to show parameter shapes")
+    inspect_.add_argument(
+        "--init-net",
+        default=None,
+        help="with a predict net: its init_net, to show parameter shapes",
+    )
     inspect_.set_defaults(run=_inspect)
 
     convert = commands.add_parser("convert", help="Caffe2 init_net + predict_net -> .keras")
     convert.add_argument("init_net")
     convert.add_argument("predict_net")
     convert.add_argument("output", help="the .keras file to write")
-    convert.add_argument("--input-shape", required=True,
-                         help="Caffe2's per-example input shape, e.g. 3,224,224 (C,H,W)")
+    convert.add_argument(
+        "--input-shape",
+        required=True,
+        help="Caffe2's per-example input shape, e.g. 3,224,224 (C,H,W)",
+    )
     convert.set_defaults(run=_convert)
 
-    ops = commands.add_parser("ops", help="list every Caffe2 fill operator with its arguments and maths")
+    ops = commands.add_parser(
+        "ops", help="list every Caffe2 fill operator with its arguments and maths"
+    )
     ops.set_defaults(run=_ops)
     return parser
 

@@ -52,12 +52,26 @@ def build_model(dtype=None):
     import tfinit
 
     layers = [
-        keras.layers.Dense(HIDDEN, activation="relu", kernel_initializer=tfinit.XavierFill(seed=1),
-                           bias_initializer="ConstantFill", dtype=dtype),
-        keras.layers.Dense(HIDDEN, activation="relu", kernel_initializer=tfinit.XavierFill(seed=2),
-                           bias_initializer="ConstantFill", dtype=dtype),
-        keras.layers.Dense(1, kernel_initializer=tfinit.XavierFill(seed=3),
-                           bias_initializer="ConstantFill", dtype=dtype),
+        keras.layers.Dense(
+            HIDDEN,
+            activation="relu",
+            kernel_initializer=tfinit.XavierFill(seed=1),
+            bias_initializer="ConstantFill",
+            dtype=dtype,
+        ),
+        keras.layers.Dense(
+            HIDDEN,
+            activation="relu",
+            kernel_initializer=tfinit.XavierFill(seed=2),
+            bias_initializer="ConstantFill",
+            dtype=dtype,
+        ),
+        keras.layers.Dense(
+            1,
+            kernel_initializer=tfinit.XavierFill(seed=3),
+            bias_initializer="ConstantFill",
+            dtype=dtype,
+        ),
     ]
     model = keras.Sequential([keras.Input((FEATURES,))] + layers)
     return model
@@ -82,7 +96,8 @@ def _setups(compute_dtype, learning_rate):
             model = build_model()
         optimizer = mixed_precision.MasterWeightOptimizer(keras.optimizers.SGD(learning_rate))
         masters = [
-            mixed_precision.parameter_info(v).blob_copy[tf.float32] for v in model.trainable_variables
+            mixed_precision.parameter_info(v).blob_copy[tf.float32]
+            for v in model.trainable_variables
         ]
         return model, optimizer, masters
 
@@ -126,7 +141,9 @@ def train(name, setup, data, epochs, progbar):
             loss = tf.reduce_mean(tf.square(pred - yb))
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(tf.cast(g, tf.float32))) for g in grads])
+        finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(tf.cast(g, tf.float32))) for g in grads]
+        )
         optimizer.apply_gradients(zip(grads, variables))
         lost, attempted = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
         for g, t, b in zip(grads, truth, before):
@@ -144,7 +161,7 @@ def train(name, setup, data, epochs, progbar):
         order = np.random.default_rng(epoch).permutation(len(x))
         epoch_losses, epoch_lost, epoch_attempted = [], 0, 0
         for i in range(steps_per_epoch):
-            idx = order[i * BATCH:(i + 1) * BATCH]
+            idx = order[i * BATCH : (i + 1) * BATCH]
             start = time.perf_counter()
             loss, lost, attempted = step(x[idx], y[idx])
             loss = float(loss)
@@ -162,13 +179,17 @@ def train(name, setup, data, epochs, progbar):
     return result
 
 
+def _percent(result):
+    return 100 * result.lost_updates / max(result.attempted_updates, 1)
+
+
 def format_table(results):
     header = ("run", "final loss", "lost updates", "bytes/param", "step (ms)")
     rows = [
         (
             r.name,
             f"{r.losses[-1]:.5f}",
-            f"{r.lost_updates} of {r.attempted_updates} ({100 * r.lost_updates / max(r.attempted_updates, 1):.1f}%)",
+            f"{r.lost_updates} of {r.attempted_updates} ({_percent(r):.1f}%)",
             f"{r.bytes_per_param:.2f}",
             f"{r.step_ms:.2f}",
         )
@@ -206,7 +227,9 @@ def plot(results, path):
     plt.close(fig)
 
 
-def run(epochs=20, compute_dtype="float16", out_dir="tfinit-demo", learning_rate=0.01, samples=4096):
+def run(
+    epochs=20, compute_dtype="float16", out_dir="tfinit-demo", learning_rate=0.01, samples=4096
+):
     """Train the three runs, print the table, write the plot; return the results."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
@@ -215,8 +238,12 @@ def run(epochs=20, compute_dtype="float16", out_dir="tfinit-demo", learning_rate
     data = make_task(samples)
     setups = _setups(compute_dtype, learning_rate)
     total = epochs * (samples // BATCH) * len(setups)
-    print(f"Training the same MLP three ways ({epochs} epochs of {samples // BATCH} steps, SGD lr={learning_rate}):")
-    progbar = keras.utils.Progbar(total, width=30, stateful_metrics=[f"{n} loss" for n, _ in setups])
+    steps = samples // BATCH
+    print(f"Training the same MLP three ways ({epochs} epochs of {steps} steps, "
+          f"SGD lr={learning_rate}):")
+    progbar = keras.utils.Progbar(
+        total, width=30, stateful_metrics=[f"{n} loss" for n, _ in setups]
+    )
     results = [train(name, setup, data, epochs, progbar) for name, setup in setups]
     print()
     print(format_table(results))

@@ -165,7 +165,7 @@ def _tf_tensor_one_copy(array):
 
     buffer = np.empty(array.nbytes + 64, np.uint8)
     start = -buffer.ctypes.data % 64
-    copy = buffer[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
     np.copyto(copy, array)
     return tf.experimental.dlpack.from_dlpack(copy.__dlpack__())
 
@@ -242,9 +242,7 @@ class RandomFill(Fill):
 
     def __init__(self, seed=None, rng="keras"):
         if rng not in RNGS:
-            raise ValueError(
-                f"{self.op_name}: argument `rng` must be one of {RNGS}, got {rng!r}."
-            )
+            raise ValueError(f"{self.op_name}: argument `rng` must be one of {RNGS}, got {rng!r}.")
         if rng == "caffe2" and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
             raise ValueError(
                 f"{self.op_name}: rng='caffe2' replays the Caffe2 operator seeded with "
@@ -334,7 +332,9 @@ class RangeFill(Fill):
     def _fill(self, shape, dtype):
         count = _fans.numel(shape)
         # If the top two numbers are exact, every smaller one is.
-        check_exact_cast(np.array([max(count - 2, 0), count - 1], dtype=np.int64), dtype, self.op_name)
+        check_exact_cast(
+            np.array([max(count - 2, 0), count - 1], dtype=np.int64), dtype, self.op_name
+        )
         _check_backend_holds(dtype, self.op_name)
         return keras.ops.reshape(keras.ops.arange(count, dtype=dtype), shape)
 
@@ -379,7 +379,10 @@ class DiagonalFill(Fill):
             step = caffe2_shape[1] + 1
         else:
             step = 1 + sum(int(np.prod(shape[:k])) for k in range(1, len(shape)))
-        flat = np.zeros(_fans.numel(shape), dtype=np.float64 if np.asarray(self.value).dtype.kind == "f" else np.int64)
+        flat = np.zeros(
+            _fans.numel(shape),
+            dtype=np.float64 if np.asarray(self.value).dtype.kind == "f" else np.int64,
+        )
         flat[::step] = self.value
         values = flat.reshape(caffe2_shape)
         if transpose:
@@ -466,7 +469,9 @@ def _typed_given_tensor_fill(name, value_dtype, doc):
 
 
 GivenTensorDoubleFill = _typed_given_tensor_fill(
-    "GivenTensorDoubleFill", "float64", "Exactly ``values`` as float64 (Caffe2 GivenTensorDoubleFill)."
+    "GivenTensorDoubleFill",
+    "float64",
+    "Exactly ``values`` as float64 (Caffe2 GivenTensorDoubleFill).",
 )
 GivenTensorIntFill = _typed_given_tensor_fill(
     "GivenTensorIntFill", "int32", "Exactly ``values`` as int32 (Caffe2 GivenTensorIntFill)."
@@ -478,7 +483,9 @@ GivenTensorInt16Fill = _typed_given_tensor_fill(
     "GivenTensorInt16Fill", "int16", "Exactly ``values`` as int16 (Caffe2 GivenTensorInt16Fill)."
 )
 GivenTensorBoolFill = _typed_given_tensor_fill(
-    "GivenTensorBoolFill", "bool", "Exactly ``values`` (0/1 or bools) as bool (Caffe2 GivenTensorBoolFill)."
+    "GivenTensorBoolFill",
+    "bool",
+    "Exactly ``values`` (0/1 or bools) as bool (Caffe2 GivenTensorBoolFill).",
 )
 
 
@@ -507,7 +514,9 @@ class GaussianFill(RandomFill):
             return self._caffe2_tensor(
                 lambda n: _caffe2_rng.gaussian(self.seed, n, self.mean, self.std), shape, dtype
             )
-        return keras.random.normal(shape, mean=self.mean, stddev=self.std, dtype=dtype, seed=self.seed)
+        return keras.random.normal(
+            shape, mean=self.mean, stddev=self.std, dtype=dtype, seed=self.seed
+        )
 
     def get_config(self):
         return {"mean": self.mean, "std": self.std, **super().get_config()}
@@ -536,7 +545,9 @@ class UniformFill(RandomFill):
             return self._caffe2_tensor(
                 lambda n: _caffe2_rng.uniform(self.seed, n, self.min, self.max), shape, dtype
             )
-        return keras.random.uniform(shape, minval=self.min, maxval=self.max, dtype=dtype, seed=self.seed)
+        return keras.random.uniform(
+            shape, minval=self.min, maxval=self.max, dtype=dtype, seed=self.seed
+        )
 
     def get_config(self):
         return {"min": self.min, "max": self.max, **super().get_config()}
@@ -669,7 +680,9 @@ class UniformIntFill(_IntegerFill):
             )
         draw_dtype = self._draw_dtype()
         _check_backend_holds(draw_dtype, self.op_name)
-        values = keras.random.randint(shape, self.min, self.max + 1, dtype=draw_dtype, seed=self.seed)
+        values = keras.random.randint(
+            shape, self.min, self.max + 1, dtype=draw_dtype, seed=self.seed
+        )
         return keras.ops.cast(values, dtype)
 
     def get_config(self):

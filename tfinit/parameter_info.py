@@ -21,7 +21,18 @@ def variable_name(variable):
 class ParameterInfo:
     """What was created for one parameter; ``param`` is the variable the model uses."""
 
-    def __init__(self, param, shape, blob_copy=None, param_id=None, *, name=None, key=None, length=None, grad=None):
+    def __init__(
+        self,
+        param,
+        shape,
+        blob_copy=None,
+        param_id=None,
+        *,
+        name=None,
+        key=None,
+        length=None,
+        grad=None,
+    ):
         self.param = param
         self.name = name if name is not None else variable_name(param)
         self.shape = tuple(int(d) for d in shape) if shape is not None else None
