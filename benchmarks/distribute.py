@@ -41,6 +41,7 @@ def _measure(mode):
     import keras
 
     from benchmarks._timing import compare
+    import tfinit
     from tfinit import mixed_precision as mp
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -77,18 +78,8 @@ def _measure(mode):
     batches = list(strategy.experimental_distribute_dataset(dataset))
 
     def loop(m, opt):
-        def replica_step(xb, yb):
-            with tf.GradientTape() as tape:
-                per_example = tf.reduce_mean(tf.square(tf.cast(m(xb), tf.float32) - yb), -1)
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
-                scaled = opt.scale_loss(loss)
-            grads = tape.gradient(scaled, m.trainable_variables)
-            opt.apply_gradients(zip(grads, m.trainable_variables))
-            return loss
-
-        @tf.function
-        def step(xb, yb):
-            return strategy.reduce("SUM", strategy.run(replica_step, args=(xb, yb)), axis=None)
+        step = tfinit.distribute.train_step(
+            strategy, m, opt, tfinit.distribute.mean_squared_error, batch)
 
         def call():
             for xb, yb in batches:

@@ -94,24 +94,13 @@ def _worker(args):
 
     batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
 
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            out = tf.cast(model(x, training=True), tf.float32)
-            per_example = tf.reduce_mean(tf.square(out - y), axis=-1)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        step.assign_add(1)
-        return loss
-
-    @tf.function
-    def train_step(x, y):
-        return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
+    train_step = tfinit.distribute.train_step(
+        strategy, model, optimizer, tfinit.distribute.mean_squared_error, GLOBAL_BATCH)
 
     losses = []
     for s in range(start, args.steps):
         losses.append(float(train_step(*next(batches))))
+        step.assign_add(1)
         done = s + 1
         if done % args.checkpoint_every == 0 or done == args.steps:
             manager.save(checkpoint_number=done)

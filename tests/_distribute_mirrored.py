@@ -82,22 +82,8 @@ def _fit(strategy, mode, dtype):
 
 
 def _step_fn(strategy, model, optimizer):
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            out = tf.cast(model(x, training=True), tf.float32)
-            per_example = tf.reduce_mean(tf.square(out - y), axis=-1)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    @tf.function
-    def step(x, y):
-        losses = strategy.run(replica_step, args=(x, y))
-        return strategy.reduce("SUM", losses, axis=None)
-
-    return step
+    return tfinit.distribute.train_step(
+        strategy, model, optimizer, tfinit.distribute.mean_squared_error, GLOBAL_BATCH)
 
 
 def _ctl(strategy, mode, dtype):

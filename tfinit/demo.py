@@ -51,28 +51,16 @@ def build_model(dtype=None):
 
     import tfinit
 
-    layers = [
-        keras.layers.Dense(
-            HIDDEN,
-            activation="relu",
-            kernel_initializer=tfinit.XavierFill(seed=1),
+    def dense(units, seed, activation=None):
+        return keras.layers.Dense(
+            units,
+            activation=activation,
+            kernel_initializer=tfinit.XavierFill(seed=seed),
             bias_initializer="ConstantFill",
             dtype=dtype,
-        ),
-        keras.layers.Dense(
-            HIDDEN,
-            activation="relu",
-            kernel_initializer=tfinit.XavierFill(seed=2),
-            bias_initializer="ConstantFill",
-            dtype=dtype,
-        ),
-        keras.layers.Dense(
-            1,
-            kernel_initializer=tfinit.XavierFill(seed=3),
-            bias_initializer="ConstantFill",
-            dtype=dtype,
-        ),
-    ]
+        )
+
+    layers = [dense(HIDDEN, 1, "relu"), dense(HIDDEN, 2, "relu"), dense(1, 3)]
     model = keras.Sequential([keras.Input((FEATURES,))] + layers)
     return model
 

@@ -1,4 +1,4 @@
-"""tfinit under ``tf.distribute``: replica-consistency and TPU-readiness checks.
+"""tfinit under ``tf.distribute``: the custom-loop step, replica-consistency and TPU checks.
 
 tfinit rides on TensorFlow's own distribution engine; nothing here distributes anything.
 The rules that keep master/copy pairs consistent on every replica and worker:
@@ -42,6 +42,38 @@ from tfinit.mixed_precision import _pairs
 HOST_OPS = frozenset({
     "PyFunc", "PyFuncStateless", "EagerPyFunc", "PrintV2", "Print", "StringFormat",
 })
+
+
+def train_step(strategy, model, optimizer, loss_fn, global_batch_size):
+    """A ``tf.function`` ``step(x, y)`` training ``model`` once on every replica.
+
+    Each replica computes ``loss_fn(y, float32 predictions)`` per example, averages it over
+    the *global* batch, scales it with ``optimizer.scale_loss`` inside the tape and passes
+    the gradients to ``optimizer.apply_gradients`` (``MasterWeightOptimizer`` unscales them
+    and updates the fp32 masters). ``step`` returns the loss summed over replicas. It is the
+    loop Keras 3's ``fit`` cannot run under MultiWorkerMirroredStrategy.
+    """
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            predictions = tf.cast(model(x, training=True), tf.float32)
+            per_example = loss_fn(y, predictions)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def step(x, y):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
+
+    return step
+
+
+def mean_squared_error(y_true, y_pred):
+    """Per-example mean squared error over the last axis (a ``loss_fn`` for ``train_step``)."""
+    return tf.reduce_mean(tf.square(y_pred - y_true), axis=-1)
 
 
 def _variables(model_or_variables):
