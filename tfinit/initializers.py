@@ -35,7 +35,8 @@ from tfinit.sources import open_source
 TRACKING_ATTRIBUTE = "tfinit_params"
 MODES = ("pseudo_fp16", "reverse")
 SUFFIXES = {tf.float32: "_fp32", tf.float16: "_fp16", tf.bfloat16: "_bf16"}
-_COMPUTE_DTYPES = (tf.float16, tf.bfloat16)
+#: the 16-bit types a copy can have
+COMPUTE_DTYPES = (tf.float16, tf.bfloat16)
 
 
 # ---------------------------------------------------------------- shared checks
@@ -129,7 +130,7 @@ def _check_compute_dtype(compute_dtype, who):
         dtype = tf.as_dtype(compute_dtype)
     except TypeError:
         dtype = None
-    if dtype not in _COMPUTE_DTYPES:
+    if dtype not in COMPUTE_DTYPES:
         raise ValueError(
             f"{who}: compute_dtype must be 'float16' or 'bfloat16' (a 16-bit float copy of an "
             f"fp32 master), got {compute_dtype!r}."

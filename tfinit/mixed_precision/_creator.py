@@ -24,11 +24,11 @@ import tensorflow as tf
 from keras.src.backend.common import global_state
 
 from tfinit.mixed_precision import _checkpoint
-from tfinit.initializers import create_master_copy_pair
+from tfinit import initializers
+from tfinit.initializers import MODES, create_master_copy_pair
 from tfinit.parameter_info import ParameterInfo
 
-MODES = ("pseudo_fp16", "reverse")
-COMPUTE_DTYPES = ("float16", "bfloat16")
+COMPUTE_DTYPES = tuple(dtype.name for dtype in initializers.COMPUTE_DTYPES)
 
 _local = threading.local()
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 from keras import ops
 from keras.src.backend.common.name_scope import name_scope
 
+from tfinit.initializers import COMPUTE_DTYPES
 from tfinit.mixed_precision import _pairs
 
 INITIAL_SCALE = 2.0**15
@@ -83,7 +84,7 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
                 targets.append(_pairs.master_of(info))
                 infos.append(info)
                 continue
-            if tf.as_dtype(_pairs.backend_variable(variable).dtype) in _pairs.SIXTEEN_BIT:
+            if tf.as_dtype(_pairs.backend_variable(variable).dtype) in COMPUTE_DTYPES:
                 name = getattr(variable, "path", None) or variable.name
                 raise ValueError(
                     f"MasterWeightOptimizer: variable {name!r} is "
@@ -185,7 +186,7 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
         for grad in grads:
             if grad is not None:
                 grad = _map_values(grad, lambda g: tf.cast(g, tf.float32) if g.dtype in
-                                   _pairs.SIXTEEN_BIT else g)
+                                   COMPUTE_DTYPES else g)
                 if scale is not None:
                     grad = _map_values(grad, lambda g: g / tf.cast(scale, g.dtype))
             out.append(grad)

@@ -10,8 +10,6 @@ or user code holds. Its ``ParameterInfo`` hangs on it as ``_tfinit_info``:
 import keras
 import tensorflow as tf
 
-SIXTEEN_BIT = (tf.float16, tf.bfloat16)
-
 
 def backend_variable(variable):
     """The ``tf.Variable`` behind a Keras variable (or the variable itself)."""
