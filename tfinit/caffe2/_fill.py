@@ -9,7 +9,6 @@ Values come from the ``tfinit.fills`` classes (through ``tfinit.registry``) in
 Caffe2 layout; this module only translates arguments and checks them as Caffe2 does.
 """
 
-import inspect
 import math
 
 import keras
@@ -51,27 +50,20 @@ class _Op:
 
     # -- typed argument access, one protobuf field each, as Caffe2's GetSingleArgument
     def float_arg(self, name, default):
-        if name not in self.args or self.args[name] is None:
-            return default
-        value = self.args[name]
-        if not isinstance(value, float):
-            raise self.error(
-                name,
-                f"must be a float, got {_describe(value)} (Caffe2: 'Argument {name} does not "
-                "have the right field: expected field f').",
-                TypeError,
-            )
-        return value
+        return self._single_arg(name, default, float, "a float", "f")
 
     def int_arg(self, name, default):
+        return self._single_arg(name, default, int, "an int", "i")
+
+    def _single_arg(self, name, default, kind, described, field):
         if name not in self.args or self.args[name] is None:
             return default
         value = self.args[name]
-        if not isinstance(value, int):
+        if not isinstance(value, kind):
             raise self.error(
                 name,
-                f"must be an int, got {_describe(value)} (Caffe2: 'Argument {name} does not "
-                "have the right field: expected field i').",
+                f"must be {described}, got {_describe(value)} (Caffe2: 'Argument {name} does "
+                f"not have the right field: expected field {field}').",
                 TypeError,
             )
         return value
@@ -134,11 +126,6 @@ class _Op:
         if random and self.seed is not None:
             kwargs["seed"] = self.seed
             if self.caffe2_rng:
-                params = inspect.signature(registry.lookup(name).__init__).parameters
-                if "rng" not in params:
-                    raise self.error(None, "a Caffe2 random_seed asks for Caffe2's own "
-                                     "random stream (rng='caffe2'), which this tfinit "
-                                     f"build's {name} does not provide.")
                 kwargs["rng"] = "caffe2"
         try:
             values = registry.build(name, kwargs)(shape, dtype=dtype)
