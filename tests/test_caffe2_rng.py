@@ -124,14 +124,6 @@ def test_dense_kernel_is_the_caffe2_fc_weight_transposed():
     assert_same_bits(layer.kernel.value, weight.T.copy())
 
 
-def test_layout_helpers():
-    assert _caffe2_rng.caffe2_shape((3, 3, 32, 64)) == (64, 32, 3, 3)
-    assert _caffe2_rng.caffe2_shape((128, 256)) == (256, 128)
-    assert _caffe2_rng.caffe2_shape((9,)) == (9,)
-    oihw = np.arange(64 * 32 * 3 * 2).reshape(64, 32, 3, 2)
-    np.testing.assert_array_equal(_caffe2_rng.to_keras_layout(oihw), oihw.transpose(2, 3, 1, 0))
-
-
 # ---------------------------------------------------------------- torch cross-check, seeds
 
 

@@ -1,5 +1,6 @@
 """Caffe2's fan rules on Caffe2 and Keras layouts (FACTS.md, "Fan rules")."""
 
+import numpy as np
 import pytest
 
 from tfinit import _fans
@@ -44,3 +45,11 @@ def test_errors_name_the_operator():
         _fans.msra_fan_out((5,), "keras")
     with pytest.raises(ValueError, match="XavierFill.*layout"):
         _fans.check_layout("nchw", "XavierFill")
+
+
+def test_layout_helpers():
+    assert _fans.caffe2_shape((3, 3, 32, 64)) == (64, 32, 3, 3)
+    assert _fans.caffe2_shape((128, 256)) == (256, 128)
+    assert _fans.caffe2_shape((9,)) == (9,)
+    oihw = np.arange(64 * 32 * 3 * 2).reshape(64, 32, 3, 2)
+    np.testing.assert_array_equal(_fans.to_keras_layout(oihw), oihw.transpose(2, 3, 1, 0))

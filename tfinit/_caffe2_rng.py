@@ -183,23 +183,3 @@ def unique_uniform_int(seed, count, low, high, avoid=(), wide=False):
         if first.size >= count:
             return candidates[first[:count]]
         chunk = 2 * candidates.size
-
-
-def caffe2_shape(keras_shape):
-    """The Caffe2-layout shape of a Keras-layout weight: ``(*spatial, in, out)`` ->
-    ``(out, in, *spatial)`` (Dense ``[in, out]`` -> ``[out, in]``, HWIO -> OIHW).
-    Shapes of fewer than 2 dimensions are the same in both layouts.
-    """
-    shape = tuple(keras_shape)
-    if len(shape) < 2:
-        return shape
-    return (shape[-1], shape[-2], *shape[:-2])
-
-
-def to_keras_layout(values):
-    """Move a Caffe2-layout array ``(out, in, *spatial)`` to Keras's ``(*spatial, in, out)``
-    (``[out, in]`` -> ``[in, out]``; OIHW -> HWIO, i.e. ``transpose(2, 3, 1, 0)``)."""
-    values = np.asarray(values)
-    if values.ndim < 2:
-        return values
-    return np.ascontiguousarray(np.transpose(values, (*range(2, values.ndim), 1, 0)))

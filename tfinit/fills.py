@@ -270,13 +270,13 @@ class RandomFill(Fill):
     def _caffe2_tensor(self, draw, shape, dtype, layout="caffe2"):
         """Caffe2's values for ``shape``: ``draw(count)`` returns them in Caffe2's
         row-major order for the Caffe2-layout shape; under ``layout="keras"`` that shape
-        is ``_caffe2_rng.caffe2_shape(shape)`` and the values are moved to ``shape``.
+        is ``_fans.caffe2_shape(shape)`` and the values are moved to ``shape``.
         """
         keras_layout = layout == "keras"
-        caffe2_shape = _caffe2_rng.caffe2_shape(shape) if keras_layout else shape
+        caffe2_shape = _fans.caffe2_shape(shape) if keras_layout else shape
         values = draw(_fans.numel(shape)).reshape(caffe2_shape)
         if keras_layout:
-            values = _caffe2_rng.to_keras_layout(values)
+            values = _fans.to_keras_layout(values)
         return _to_tensor(values, dtype, self.op_name)
 
     def _float_dtype(self, dtype):
@@ -373,8 +373,8 @@ class DiagonalFill(Fill):
             )
 
     def _fill(self, shape, dtype):
-        transpose = self.layout == "keras" and len(shape) == 2
-        caffe2_shape = shape[::-1] if transpose else shape
+        keras_layout = self.layout == "keras"
+        caffe2_shape = _fans.caffe2_shape(shape) if keras_layout else shape
         if len(shape) == 2:
             step = caffe2_shape[1] + 1
         else:
@@ -385,9 +385,9 @@ class DiagonalFill(Fill):
         )
         flat[::step] = self.value
         values = flat.reshape(caffe2_shape)
-        if transpose:
-            values = values.T
-        return _to_tensor(np.ascontiguousarray(values), dtype, self.op_name)
+        if keras_layout:  # an N-D diagonal of equal dims is the same in both layouts
+            values = _fans.to_keras_layout(values)
+        return _to_tensor(values, dtype, self.op_name)
 
     def get_config(self):
         return {"value": self.value, "dtype": self.dtype, "layout": self.layout}

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
+from tfinit import _fans
 from tfinit.caffe2._fill import load_init_net
 
 _CONV = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
@@ -77,7 +78,7 @@ def fc_kernel(w, flattened_from=None):
     ``(c, *spatial)``.
     """
     if flattened_from is None:
-        return w.T
+        return _fans.to_keras_layout(w)
     order = np.arange(math.prod(flattened_from)).reshape(flattened_from)
     order = order.transpose(*range(1, len(flattened_from)), 0).reshape(-1)
     return w[:, order].T
@@ -85,7 +86,7 @@ def fc_kernel(w, flattened_from=None):
 
 def conv_kernel(w):
     """Keras ``(*spatial, in, out)`` kernel from a Caffe2 ``(out, in, *spatial)`` weight."""
-    return w.transpose(*range(2, w.ndim), 1, 0)
+    return _fans.to_keras_layout(w)
 
 
 # ---------------------------------------------------------------- FC-after-conv detection
