@@ -76,15 +76,6 @@ def mean_squared_error(y_true, y_pred):
     return tf.reduce_mean(tf.square(y_pred - y_true), axis=-1)
 
 
-def _variables(model_or_variables):
-    target = model_or_variables
-    if hasattr(target, "variables") and not isinstance(target, tf.Variable):
-        return list(target.variables)
-    if isinstance(target, tf.Variable) or hasattr(target, "value"):
-        return [target]
-    return list(target)
-
-
 def _components(variable):
     """The per-replica (local) components of a variable; a plain variable is its own one."""
     variable = _pairs.backend_variable(variable)
@@ -101,7 +92,7 @@ def replica_mismatches(model_or_variables):
     this covers one worker's replicas; compare workers by their masters' bytes.
     """
     problems, seen = [], set()
-    for variable in _variables(model_or_variables):
+    for variable in _pairs.variables_of(model_or_variables, "replica_mismatches"):
         info = _pairs.lookup(variable)
         name = getattr(variable, "path", None) or variable.name
         if info is None:

@@ -77,23 +77,32 @@ def refresh(infos):
         for copy, master in pairs:
             strategy.extended.update(copy, _assign_cast, args=(master,), group=False)
 
-    owner = getattr(pairs[0][0], "_distribute_strategy", None)
-    if owner is not None and not tf.distribute.has_strategy():
-        # Distributed pairs refreshed outside any strategy scope (e.g. Keras's end-of-fit
-        # finalize_variable_values): update them through the strategy that owns them.
-        with owner.scope():
-            update(owner, pairs)
-        return
     strategy = tf.distribute.get_strategy()
     owner = getattr(pairs[0][0], "_distribute_strategy", None)
     if owner is not None and owner is not strategy:
-        # Distributed variables touched outside their strategy (e.g. after fit returns).
+        # Distributed pairs refreshed outside their strategy's scope (e.g. Keras's end-of-fit
+        # finalize_variable_values, or after fit returns): update them through their owner.
         with owner.scope():
             update(owner, pairs)
     elif tf.distribute.in_cross_replica_context():
         update(strategy, pairs)
     else:
         tf.__internal__.distribute.interim.maybe_merge_call(update, strategy, pairs)
+
+
+def variables_of(target, who):
+    """The variables of a Keras model/layer, a ``tf.Module``, one variable or an iterable."""
+    if isinstance(target, (keras.Variable, tf.Variable)):
+        return [target]
+    if isinstance(target, (keras.layers.Layer, tf.Module)) or hasattr(target, "variables"):
+        return list(target.variables)
+    try:
+        return list(target)
+    except TypeError:
+        raise TypeError(
+            f"{who} expects a Keras model/layer, a tf.Module, a variable or an "
+            f"iterable of variables; got {type(target).__name__}."
+        ) from None
 
 
 def sync_copies(model_or_variables):
@@ -103,21 +112,8 @@ def sync_copies(model_or_variables):
     Call it after assigning masters by hand (restores through tfinit hooks and
     ``MasterWeightOptimizer`` steps refresh copies themselves).
     """
-    target = model_or_variables
-    if isinstance(target, (keras.Variable, tf.Variable)):
-        variables = [target]
-    elif isinstance(target, (keras.layers.Layer, tf.Module)) or hasattr(target, "variables"):
-        variables = list(target.variables)
-    else:
-        try:
-            variables = list(target)
-        except TypeError:
-            raise TypeError(
-                "sync_copies expects a Keras model/layer, a tf.Module, a variable or an "
-                f"iterable of variables; got {type(target).__name__}."
-            ) from None
     infos, seen = [], set()
-    for variable in variables:
+    for variable in variables_of(model_or_variables, "sync_copies"):
         info = lookup(variable)
         if info is not None and id(info) not in seen:
             seen.add(id(info))
