@@ -94,22 +94,17 @@ def _setups(compute_dtype, learning_rate):
 
 def _persistent_bytes(model, optimizer, truth):
     """Bytes of every variable that lives across steps, per trainable parameter."""
+    import tensorflow as tf
+
     seen, total = set(), 0
     for v in list(model.weights) + list(truth) + list(optimizer.variables):
         key = (getattr(v, "path", None) or v.name, tuple(v.shape), str(v.dtype))
         if key in seen:
             continue
         seen.add(key)
-        total += int(np.prod(v.shape)) * np.dtype(_np_dtype(v.dtype)).itemsize
+        total += int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     return total / params
-
-
-def _np_dtype(dtype):
-    import keras
-
-    name = keras.backend.standardize_dtype(dtype)
-    return np.float16 if name == "bfloat16" else name  # both are 2 bytes
 
 
 def train(name, setup, data, epochs, progbar):
