@@ -115,21 +115,26 @@ def test_reverse_reads_cached_copy_with_keras_mixed_gradients():
     assert run(ours)[0].tobytes() != y1.tobytes()
 
 
+def _dtypes(policy):
+    return policy.variable_dtype, policy.compute_dtype
+
+
 def test_scope_restores_policy_and_nests():
     before = keras.config.dtype_policy().name
     with mp.scope("pseudo_fp16", "bfloat16"):
-        assert keras.config.dtype_policy().name == "bfloat16"
+        assert _dtypes(keras.config.dtype_policy()) == ("bfloat16", "bfloat16")
         with mp.scope("reverse", "float16"):
-            assert keras.config.dtype_policy().name == "mixed_float16"
+            assert _dtypes(keras.config.dtype_policy()) == ("float32", "float16")
+            assert isinstance(keras.config.dtype_policy(), mp.PairPolicy)
             inner = tf.Variable(1.0)
-        assert keras.config.dtype_policy().name == "bfloat16"
+        assert keras.config.dtype_policy().spec.mode.value == "pseudo_fp16"
         outer = tf.Variable(1.0)
     assert keras.config.dtype_policy().name == before
     assert inner.dtype == tf.float32 and tf.float16 in mp.parameter_info(inner).blob_copy
     assert outer.dtype == tf.bfloat16 and tf.float32 in mp.parameter_info(outer).blob_copy
     plain = tf.Variable(1.0)
     assert _pairs.lookup(plain) is None and plain.dtype == tf.float32
-    # Normalization classes are restored too.
+    # No Keras class was touched: a normalization layer outside the scope is plain.
     assert keras.layers.BatchNormalization().dtype_policy.name == before
 
 
@@ -194,8 +199,10 @@ def test_raw_tf_module_in_scope():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"mode": "fp16"}, "mode must be one of"),
-    ({"compute_dtype": "float32"}, "compute_dtype must be one of"),
+    ({"mode": "fp16"}, r"scope: argument `mode` must be one of .*Received: mode='fp16'"),
+    ({"compute_dtype": "float32"},
+     r"scope: argument `compute_dtype` must be 'float16' or 'bfloat16'.*Received: "
+     r"compute_dtype='float32'"),
 ])
 def test_scope_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -354,8 +361,7 @@ def test_custom_loop_tf_function_with_scale_loss():
 
 
 def test_16bit_variable_without_master_is_an_error():
-    with mp.scope():
-        layer = keras.layers.Dense(2)  # constructed in the scope, built outside: no masters
+    layer = keras.layers.Dense(2, dtype="float16")  # a plain float16 layer: no masters
     layer.build((None, 3))
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD())
     with pytest.raises(ValueError, match=r"dense.*kernel.*no fp32 master.*inside "
@@ -392,7 +398,7 @@ def test_non_keras_optimizer_is_type_error(bad):
 
 
 def test_bad_loss_scale():
-    with pytest.raises(ValueError, match="loss_scale must be"):
+    with pytest.raises(ValueError, match="argument `loss_scale` must be .*Received"):
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=-1.0)
 
 

@@ -29,14 +29,11 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _fans, fills, registry
+from tfinit._precision import Mode, PairSpec, pair_spec, parse_compute_dtype
 from tfinit.parameter_info import ParameterInfo, variable_name
 from tfinit.sources import open_source
 
 TRACKING_ATTRIBUTE = "tfinit_params"
-MODES = ("pseudo_fp16", "reverse")
-SUFFIXES = {tf.float32: "_fp32", tf.float16: "_fp16", tf.bfloat16: "_bf16"}
-#: the 16-bit types a copy can have
-COMPUTE_DTYPES = (tf.float16, tf.bfloat16)
 
 
 # ---------------------------------------------------------------- shared checks
@@ -125,19 +122,6 @@ def _tf_variable(initial_value, name, dtype, trainable):
     return tf.Variable(initial_value=initial_value, name=name, dtype=dtype, trainable=trainable)
 
 
-def _check_compute_dtype(compute_dtype, who):
-    try:
-        dtype = tf.as_dtype(compute_dtype)
-    except TypeError:
-        dtype = None
-    if dtype not in COMPUTE_DTYPES:
-        raise ValueError(
-            f"{who}: compute_dtype must be 'float16' or 'bfloat16' (a 16-bit float copy of an "
-            f"fp32 master), got {compute_dtype!r}."
-        )
-    return dtype
-
-
 # ---------------------------------------------------------------- master/copy pairs
 
 
@@ -160,10 +144,13 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
     name=, dtype=, trainable=)`` creates each variable (default ``tf.Variable``), e.g. a
     variable creator's ``next_creator``. The master is created first, as in Caffe2.
     """
+    spec = pair_spec(mode, compute_dtype, "create_master_copy_pair")
+    return create_pair(name, value, spec, trainable=trainable, make_variable=make_variable)
+
+
+def create_pair(name, value, spec, *, trainable=True, make_variable=None):
+    """:func:`create_master_copy_pair` for an already parsed :class:`PairSpec`."""
     who = "create_master_copy_pair"
-    if mode not in MODES:
-        raise ValueError(f"{who}: mode must be one of {MODES}, got {mode!r}.")
-    compute = _check_compute_dtype(compute_dtype, who)
     make_variable = make_variable or _tf_variable
     if callable(value):
         value = value()
@@ -174,28 +161,29 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
             f"parameters get an fp32 master and a 16-bit copy."
         )
     master_value = tf.cast(value, tf.float32)
-    copy_value = tf.cast(master_value, compute)
+    copy_value = tf.cast(master_value, spec.compute_dtype)
     if tf.executing_eagerly():
         lost = tf.math.is_finite(master_value) & ~tf.math.is_finite(copy_value)
         if bool(tf.reduce_any(lost)):
             first = master_value.numpy()[lost.numpy()].reshape(-1)[0]
             raise ValueError(
-                f"{who}: parameter {name!r} holds {first!r}, beyond {compute.name}'s range; "
-                f"its {compute.name} copy would be inf."
+                f"{who}: parameter {name!r} holds {first!r}, beyond {spec.compute_dtype}'s "
+                f"range; its {spec.compute_dtype} copy would be inf."
             )
-    if mode == "pseudo_fp16":
-        master = make_variable(initial_value=master_value, name=name + SUFFIXES[tf.float32],
+    other_name = name + spec.other_suffix
+    if spec.is_pseudo:
+        master = make_variable(initial_value=master_value, name=other_name,
                                dtype=tf.float32, trainable=False)
-        primary = make_variable(initial_value=copy_value, name=name, dtype=compute,
-                                trainable=trainable)
-        blob_copy = {tf.float32: master}
+        primary = make_variable(initial_value=copy_value, name=name,
+                                dtype=spec.compute_dtype, trainable=trainable)
+        other = master
     else:
         primary = make_variable(initial_value=master_value, name=name, dtype=tf.float32,
                                 trainable=trainable)
-        copy = make_variable(initial_value=copy_value, name=name + SUFFIXES[compute],
-                             dtype=compute, trainable=False)
-        blob_copy = {compute: copy}
-    return ParameterInfo(primary, master_value.shape, blob_copy=blob_copy)
+        other = make_variable(initial_value=copy_value, name=other_name,
+                              dtype=spec.compute_dtype, trainable=False)
+    return ParameterInfo(primary, master_value.shape,
+                         blob_copy={tf.as_dtype(spec.other_dtype): other})
 
 
 # ---------------------------------------------------------------- initializers
@@ -307,16 +295,20 @@ class _FP16PairInitializer(Initializer):
     mode = None
 
     def __init__(self, operator_name=None, compute_dtype="float16", **kwargs):
-        self.compute_dtype = _check_compute_dtype(compute_dtype, type(self).__name__)
+        self.spec = PairSpec(self.mode, parse_compute_dtype(compute_dtype, type(self).__name__))
         super().__init__(operator_name, **kwargs)
 
+    @property
+    def compute_dtype(self):
+        """The 16-bit dtype of the copy, as a ``tf.DType``."""
+        return tf.as_dtype(self.spec.compute_dtype)
+
     def _variable_names(self, param_name):
-        return [param_name, param_name + SUFFIXES[
-            tf.float32 if self.mode == "pseudo_fp16" else self.compute_dtype]]
+        return [param_name, param_name + self.spec.other_suffix]
 
     @property
     def primary_dtype(self):
-        return self.compute_dtype if self.mode == "pseudo_fp16" else tf.float32
+        return tf.as_dtype(self.spec.primary_dtype)
 
     def _check_fill(self, fill):
         own = getattr(fill, "dtype", None) or fill.default_dtype
@@ -351,7 +343,7 @@ class _FP16PairInitializer(Initializer):
                 f"got {dtype.name}."
             )
         value = self._fill_for_param()(shape, "float32")
-        return create_master_copy_pair(name, value, self.mode, self.compute_dtype, trainable)
+        return create_pair(name, value, self.spec, trainable=trainable)
 
     def __call__(self, shape, dtype=None):
         """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's)."""
@@ -359,7 +351,7 @@ class _FP16PairInitializer(Initializer):
         return keras.ops.cast(self._require_fill()(shape, "float32"), dtype.name)
 
     def get_config(self):
-        return {**super().get_config(), "compute_dtype": self.compute_dtype.name}
+        return {**super().get_config(), "compute_dtype": self.spec.compute_dtype}
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -370,7 +362,7 @@ class PseudoFP16Initializer(_FP16PairInitializer):
     ``P == cast(P_fp32)`` exactly. ``compute_dtype="bfloat16"`` makes ``P`` bfloat16.
     """
 
-    mode = "pseudo_fp16"
+    mode = Mode.PSEUDO_FP16
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -380,7 +372,7 @@ class ReversePseudoFP16Initializer(_FP16PairInitializer):
     As Caffe2: the fill writes ``P``, then ``P_fp16 = FloatToHalf(P)``.
     """
 
-    mode = "reverse"
+    mode = Mode.REVERSE
 
 
 class ExternalInitializer:

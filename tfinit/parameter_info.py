@@ -77,6 +77,29 @@ def _check_blob_copy(blob_copy, name):
             f"got {type(blob_copy).__name__}."
         )
     try:
-        return {tf.as_dtype(k): v for k, v in blob_copy.items()}
+        return BlobCopy({tf.as_dtype(k): v for k, v in blob_copy.items()})
     except TypeError as err:
         raise TypeError(f"ParameterInfo {name!r}: blob_copy keys must be dtypes ({err}).") from None
+
+
+class BlobCopy(dict):
+    """``blob_copy``: keyed by ``tf.DType``; looked up by any dtype spelling (``"float32"``)."""
+
+    def __getitem__(self, dtype):
+        return super().__getitem__(_as_dtype_key(dtype))
+
+    def __contains__(self, dtype):
+        try:
+            return super().__contains__(_as_dtype_key(dtype))
+        except KeyError:
+            return False
+
+    def get(self, dtype, default=None):
+        return self[dtype] if dtype in self else default
+
+
+def _as_dtype_key(dtype):
+    try:
+        return tf.as_dtype(dtype)
+    except TypeError:
+        raise KeyError(dtype) from None

@@ -1,133 +1,118 @@
-"""Checkpoint and weight-file hooks: what is saved for a paired variable is its fp32 master.
+"""What every save format stores for a pair: the fp32 master, never a rounded copy.
 
-- ``tf.train.Checkpoint`` (Keras models, ``tf.Module``s, raw variables): the paired
-  ``tf.Variable`` serializes its *master* (fp32) under its own key and, on restore,
-  assigns the master and re-casts the copy. So the usual
-  ``tf.train.Checkpoint(module=m).write/restore`` is the way to checkpoint masters of raw
-  ``tf.Module`` code, and an fp32 checkpoint of the same architecture restores exactly
-  into a pseudo_fp16 model (fine-tuning).
-- Keras ``.weights.h5`` / ``.keras``: Keras stores ``np.asarray(variable)`` and loads with
-  ``variable.assign(value)``. A paired Keras variable converts to numpy as its master
-  (fp32) and ``assign`` sets the master exactly, then re-casts the copy. ``.numpy()`` still
-  returns the value the code computes with.
+- ``tf.train.Checkpoint`` (Keras models, optimizers, raw ``tf.Module``s alike): a pseudo_fp16
+  variable's key holds its fp32 *master*; a restore sets the master bit-exactly and re-casts
+  the copy. So an fp32 checkpoint of the same architecture restores exactly into a
+  pseudo_fp16 model (fine-tuning), and restoring masters into a plain 16-bit model raises
+  TensorFlow's dtype error instead of dropping them. A reverse variable is the master itself.
+- ``tf.saved_model.save`` / ``model.export``: every variable is written as what it is (the
+  16-bit copy as 16-bit), so the artifact loads and serves; the reverse copy is tracked too.
+- Keras ``.weights.h5`` / ``.keras``: each layer with pseudo_fp16 pairs stores its masters
+  (``save_own_variables`` on that layer object) and loads 16-bit files as their exact
+  widening (``load_own_variables``). Reads of the variables are untouched.
 """
 
-import keras
 import numpy as np
 import tensorflow as tf
-from keras.src.backend.common.variables import get_autocast_scope
 
+from tfinit import _keras_internals as internals
 from tfinit.mixed_precision import _pairs
 
+_HOOKED_LAYERS_ATTRIBUTE = "_tfinit_store_hooks"
 
-def install(tf_var, info):
-    """Attach ``info`` to the paired ``tf_var`` and hook its checkpoint serialization."""
-    tf_var._tfinit_info = info
-    original_restore = type(tf_var)._restore_from_tensors
 
-    if _pairs.is_pseudo(info):
+def install_variable_hooks(tf_var):
+    """Make ``tf_var`` (the variable the code holds) checkpoint and restore its master."""
+    pair = _pairs.pair_of(tf_var)
 
-        def _serialize_to_tensors():
-            return _pairs.master_of(info)._serialize_to_tensors()
+    def _serialize_to_tensors():
+        if pair.spec.is_pseudo and not internals.in_saved_model_save():
+            return internals.serialize_variable(pair.master)
+        return internals.serialize_variable(tf_var)
 
-        def _restore_from_tensors(restored_tensors):
-            master = _pairs.master_of(info)
-            op = master._restore_from_tensors(restored_tensors)
-            with tf.control_dependencies(_deps(op)):
-                return _pairs._assign_cast(_pairs.copy_of(info), master.read_value())
+    def _restore_from_tensors(restored_tensors):
+        if pair.spec.is_pseudo:
+            op = internals.restore_variable(pair.master, restored_tensors)
+        else:
+            op = internals.restore_variable(tf_var, restored_tensors)
+        with tf.control_dependencies(_deps(op)):
+            return _pairs._assign_cast(pair.copy, pair.master.read_value())
 
-        tf_var._serialize_to_tensors = _serialize_to_tensors
-    else:
-
-        def _restore_from_tensors(restored_tensors):
-            op = original_restore(tf_var, restored_tensors)
-            with tf.control_dependencies(_deps(op)):
-                return _pairs._assign_cast(_pairs.copy_of(info), tf_var.read_value())
-
-    tf_var._restore_from_tensors = _restore_from_tensors
+    internals.set_object_method(tf_var, "_serialize_to_tensors", _serialize_to_tensors)
+    internals.set_object_method(tf_var, "_restore_from_tensors", _restore_from_tensors)
 
 
 def _deps(op):
     return [] if op is None or tf.executing_eagerly() else tf.nest.flatten(op)
 
 
-class PairedVariable(keras.Variable):
-    """A Keras variable with an fp32 master: assigns go to the master, numpy is the master.
-
-    In reverse mode, a read under Keras's autocast (a layer call with a mixed policy)
-    returns the cached 16-bit copy instead of casting the fp32 variable on every read;
-    the gradient still reaches the fp32 variable (cast to fp32, as Keras's cast does).
-    """
-
-    def _maybe_autocast(self, value):
-        info = _pairs.lookup(self)
-        scope = get_autocast_scope()
-        if (info is not None and self._autocast and scope is not None and scope.dtype
-                and value is self._value and not _pairs.is_pseudo(info)):
-            copy = _pairs.copy_of(info)
-            if tf.as_dtype(scope.dtype) == copy.dtype:
-                return _read_copy(value, copy)
-        return super()._maybe_autocast(value)
-
-    def assign(self, value):
-        info = _pairs.lookup(self)
-        value = _as_tensor(value)
-        if not value.shape.is_compatible_with(self.shape):
-            raise ValueError(
-                f"Cannot assign a value of shape {value.shape} to variable {self.path!r} "
-                f"of shape {self.shape}."
-            )
-        master = _pairs.master_of(info)
-        master.assign(tf.cast(value, tf.float32))
-        _pairs.refresh([info])
-        return value
-
-    def assign_add(self, value):
-        return self._update(value, 1.0)
-
-    def assign_sub(self, value):
-        return self._update(value, -1.0)
-
-    def _update(self, value, sign):
-        info = _pairs.lookup(self)
-        master = _pairs.master_of(info)
-        master.assign_add(sign * tf.cast(_as_tensor(value), tf.float32))
-        _pairs.refresh([info])
-        return master
-
-    def __array__(self, dtype=None):
-        master = np.asarray(_pairs.master_of(_pairs.lookup(self)).numpy())
-        return master if dtype is None else master.astype(dtype)
-
-    def __tf_tracing_type__(self, context):
-        # Without this, tf.function would type the argument from __array__ (the fp32
-        # master) and then refuse the 16-bit value: trace it as the variable it is.
-        return tf.TensorSpec(self.shape, self.dtype)
+# ------------------------------------------------------------------ Keras weight files
 
 
-def _read_copy(param, copy):
-    """The copy's value, with the gradient routed to ``param`` (cast to its dtype)."""
+class StoreView:
+    """A Keras weights store seen through ``write``/``read`` conversions of its values."""
 
-    @tf.custom_gradient
-    def read(param_value):
-        def grad(upstream, variables=None):
-            cast = tf.cast(upstream, param_value.dtype)
-            return (cast, [None] * len(variables)) if variables else cast
+    def __init__(self, store, write=None, read=None):
+        self._store = store
+        self._write = write
+        self._read = read
 
-        return tf.identity(copy.read_value() if hasattr(copy, "read_value")
-                           else tf.convert_to_tensor(copy)), grad
+    def __setitem__(self, key, value):
+        self._store[key] = self._write(value) if self._write else value
 
-    return read(tf.convert_to_tensor(param))
+    def __getitem__(self, key):
+        value = self._store[key]
+        return self._read(value) if self._read else value
+
+    def __contains__(self, key):
+        return key in self._store
+
+    def keys(self):
+        return self._store.keys()
+
+    def __len__(self):
+        return len(self._store.keys())
+
+    def __iter__(self):
+        return iter(self._store.keys())
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
 
 
-def _as_tensor(value):
-    if isinstance(value, (tf.Tensor, tf.Variable, keras.Variable)):
-        return tf.convert_to_tensor(value)
+def masters_for_saving(value):
+    """What a weights file stores for ``value``: a pair's fp32 master, else ``value``."""
+    pair = _pairs.pair_of(value) if hasattr(value, "shape") else None
+    if pair is not None and pair.spec.is_pseudo:
+        return pair.master.numpy()
+    return value
+
+
+def widened_for_loading(value):
+    """A 16-bit float array from a file, widened to fp32 exactly (so masters are exact)."""
     array = np.asarray(value)
-    return tf.convert_to_tensor(array)
+    if array.dtype.itemsize == 2 and array.dtype.kind in "fV" and _is_16bit_float(array.dtype):
+        return array.astype(np.float32)
+    return value
 
 
-def adopt(keras_var):
-    """Make a Keras variable created in the scope a ``PairedVariable``."""
-    if type(keras_var) is keras.Variable:
-        keras_var.__class__ = PairedVariable
+def _is_16bit_float(dtype):
+    return str(dtype) in ("float16", "bfloat16")
+
+
+def install_layer_hooks(layer):
+    """Make ``layer`` save its pseudo_fp16 masters and load 16-bit files exactly (once)."""
+    if getattr(layer, _HOOKED_LAYERS_ATTRIBUTE, False):
+        return
+    save = layer.save_own_variables
+    load = layer.load_own_variables
+
+    def save_own_variables(store):
+        return save(StoreView(store, write=masters_for_saving))
+
+    def load_own_variables(store):
+        return load(StoreView(store, read=widened_for_loading))
+
+    internals.set_object_method(layer, "save_own_variables", save_own_variables)
+    internals.set_object_method(layer, "load_own_variables", load_own_variables)
+    object.__setattr__(layer, _HOOKED_LAYERS_ATTRIBUTE, True)

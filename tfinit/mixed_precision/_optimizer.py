@@ -12,12 +12,15 @@ In every case a step with a non-finite gradient on any replica is skipped on all
 masters, copies and optimizer slots are left bit-identical.
 """
 
+import math
+
 import keras
 import tensorflow as tf
 from keras import ops
-from keras.src.backend.common.name_scope import name_scope
 
-from tfinit.initializers import COMPUTE_DTYPES
+from tfinit import _backend
+from tfinit import _keras_internals as internals
+from tfinit._precision import COMPUTE_DTYPES, dtype_name
 from tfinit.mixed_precision import _pairs
 
 INITIAL_SCALE = 2.0**15
@@ -35,8 +38,11 @@ def _values(grad):
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
-class MasterWeightOptimizer(keras.optimizers.Optimizer):
+class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables.
+
+    It is a ``keras.optimizers.LossScaleOptimizer`` (it does the loss scaling), so
+    ``Model.compile`` never wraps it in a second one, whatever the model's dtype policy.
 
     Use it in ``model.compile(optimizer=MasterWeightOptimizer(keras.optimizers.Adam()))``
     or in a custom loop: ``loss = opt.scale_loss(loss)`` inside the tape, then
@@ -46,6 +52,7 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
     """
 
     def __init__(self, optimizer, loss_scale="dynamic", name=None, **kwargs):
+        _backend.tensorflow("tfinit.mixed_precision.MasterWeightOptimizer")
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise TypeError(
                 "MasterWeightOptimizer wraps a Keras 3 optimizer (keras.optimizers.Optimizer, "
@@ -59,42 +66,42 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
             )
         if not (loss_scale is None or loss_scale == "dynamic"
                 or (isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool)
-                    and loss_scale > 0)):
+                    and math.isfinite(loss_scale) and loss_scale > 0)):
             raise ValueError(
-                "MasterWeightOptimizer: loss_scale must be 'dynamic', a positive number or "
-                f"None, got {loss_scale!r}."
+                "MasterWeightOptimizer: argument `loss_scale` must be 'dynamic', None or a "
+                f"finite positive number. Received: loss_scale={loss_scale!r}"
             )
         if kwargs:
             raise ValueError(
                 f"MasterWeightOptimizer does not take {sorted(kwargs)}: set them on the "
                 "inner optimizer."
             )
-        super().__init__(learning_rate=0.0, name=name)
-        self.inner_optimizer = optimizer
+        initial = INITIAL_SCALE if loss_scale == "dynamic" else float(loss_scale or 1.0)
+        super().__init__(optimizer, initial_scale=initial, dynamic_growth_steps=GROWTH_STEPS,
+                         name=name)
         self.loss_scale = loss_scale
         self.dynamic = loss_scale == "dynamic"
 
     # -- building ---------------------------------------------------------------------
     def _targets(self, variables):
-        """The variables the inner optimizer updates, and the infos of paired ones."""
-        targets, infos = [], []
+        """The variables the inner optimizer updates, and the pairs among them."""
+        targets, pairs = [], []
         for variable in variables:
-            info = _pairs.lookup(variable)
-            if info is not None:
-                targets.append(_pairs.master_of(info))
-                infos.append(info)
+            pair = _pairs.pair_of(variable)
+            if pair is not None:
+                targets.append(pair.master)
+                pairs.append(pair)
                 continue
-            if tf.as_dtype(_pairs.backend_variable(variable).dtype) in COMPUTE_DTYPES:
-                name = getattr(variable, "path", None) or variable.name
+            own_dtype = dtype_name(_pairs.backend_variable(variable).dtype)
+            if own_dtype in COMPUTE_DTYPES:
                 raise ValueError(
-                    f"MasterWeightOptimizer: variable {name!r} is "
-                    f"{tf.as_dtype(_pairs.backend_variable(variable).dtype).name} and has no "
-                    "fp32 master, so its small updates would be lost. Create (build) it inside "
-                    "tfinit.mixed_precision.scope(...): e.g. call model.build(input_shape) or "
-                    "run one batch through the model inside the scope."
+                    f"MasterWeightOptimizer: variable {_pairs.variable_label(variable)!r} is "
+                    f"{own_dtype} and has no fp32 master, so its small updates would be lost. "
+                    "Construct its layer inside tfinit.mixed_precision.scope(...) (layers "
+                    "constructed there get masters whenever they build)."
                 )
             targets.append(variable)
-        return targets, infos
+        return targets, pairs
 
     def build(self, var_list):
         targets, _ = self._targets(var_list)
@@ -106,7 +113,8 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
             shape=(), dtype="float32", initializer=keras.initializers.Constant(scale),
             aggregation="only_first_replica", name="dynamic_scale")
         self.inner_optimizer.build(targets)
-        super().build(var_list)
+        # Not LossScaleOptimizer.build: the inner optimizer is built for the masters above.
+        keras.optimizers.Optimizer.build(self, var_list)
 
     @property
     def variables(self):
@@ -131,18 +139,18 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
         if not grads:
             return
         if not self.built:
-            with tf.init_scope(), name_scope(self.name, caller=self):
+            with tf.init_scope(), keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
-        targets, infos = self._targets(trainable_variables)
+        targets, pairs = self._targets(trainable_variables)
         self._check_strategy(trainable_variables, targets)
         grads = self._unscale(grads)
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             raise ValueError("MasterWeightOptimizer.apply must be called in a replica context "
                              "(inside strategy.run).")
-        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        if internals.strategy_supports_no_merge_call():
             finite = self._all_replicas_finite(grads)
-            ops.cond(finite, lambda: self._finite_step(grads, targets, infos),
+            ops.cond(finite, lambda: self._finite_step(grads, targets, pairs),
                      self._non_finite_step)
         else:
             def cross_replica(distribution, grads, targets):
@@ -153,11 +161,17 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
 
                 def finite_fn():
                     distribution.extended.call_for_each_replica(
-                        self._finite_step, args=(grads, targets, infos))
+                        self._finite_step, args=(grads, targets, pairs))
 
                 ops.cond(finite, finite_fn, self._non_finite_step)
 
             tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, targets))
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        raise NotImplementedError(
+            "MasterWeightOptimizer updates its variables in place (TensorFlow backend); it "
+            "has no stateless form."
+        )
 
     def _check_strategy(self, variables, targets):
         """Refuse variables that the training strategy did not create (no silent divergence).
@@ -185,8 +199,8 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
         out = []
         for grad in grads:
             if grad is not None:
-                grad = _map_values(grad, lambda g: tf.cast(g, tf.float32) if g.dtype in
-                                   COMPUTE_DTYPES else g)
+                grad = _map_values(grad, lambda g: tf.cast(g, tf.float32)
+                                   if g.dtype.name in COMPUTE_DTYPES else g)
                 if scale is not None:
                     grad = _map_values(grad, lambda g: g / tf.cast(scale, g.dtype))
             out.append(grad)
@@ -204,9 +218,9 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
             finite = tf.equal(bad, 0.0)
         return finite
 
-    def _finite_step(self, grads, targets, infos):
+    def _finite_step(self, grads, targets, pairs):
         self.inner_optimizer.apply(grads, targets)
-        _pairs.refresh(infos)
+        _pairs.refresh(pairs)
         if self.dynamic:
             grow = ops.equal(self.step_counter, GROWTH_STEPS - 1)
             self.dynamic_scale.assign(tf.where(grow, self.dynamic_scale * 2.0,
@@ -238,9 +252,9 @@ class MasterWeightOptimizer(keras.optimizers.Optimizer):
         self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
 
     def finalize_variable_values(self, var_list):
-        targets, infos = self._targets(var_list)
+        targets, pairs = self._targets(var_list)
         self.inner_optimizer.finalize_variable_values(targets)
-        _pairs.refresh(infos)
+        _pairs.refresh(pairs)
 
     def get_config(self):
         return {

@@ -1,0 +1,226 @@
+"""Every private Keras / TensorFlow touchpoint of tfinit, in one place.
+
+Each function stands in for a public behaviour that Keras or TensorFlow does not (yet)
+expose; its first comment line names that behaviour. ``tests/test_keras_internals.py`` holds
+one contract test per function: when a Keras or TensorFlow release moves one of these, that
+test fails with a message naming the versions, instead of a training run losing masters.
+
+Nothing here replaces a Keras or TensorFlow class or function: overrides are set on single
+objects that tfinit itself created or was handed (per-object attributes), never on classes.
+"""
+
+import gc
+import os
+import sys
+
+import keras
+import tensorflow as tf
+from keras.src.backend.common import global_state
+from keras.src.backend.common.variables import get_autocast_scope
+from tensorflow.python.saved_model import save_context
+
+VERSIONS = f"Keras {keras.__version__}, TensorFlow {tf.__version__}"
+
+
+# ------------------------------------------------------------------ Keras variables
+
+
+def backend_variable(variable):
+    # Public stand-in: none; `keras.Variable.value` is the tf.Variable only outside autocast.
+    """The ``tf.Variable`` behind a Keras variable (or the variable itself)."""
+    if isinstance(variable, keras.Variable):
+        return variable._value
+    return variable
+
+
+def keras_variable_in_creation(initial_value):
+    # Public stand-in: none; a tf.variable_creator_scope sees no Keras variable or initializer.
+    """The Keras variable being created (and its initializer, when it has one), or None.
+
+    Keras's TF backend calls ``tf.Variable(lambda: initializer(shape, dtype), ...)`` from
+    ``Variable._initialize_with_initializer``; the lambda's closure holds the Keras variable
+    and the initializer. A Keras variable made from a value is found on the call stack.
+    """
+    code = getattr(initial_value, "__code__", None)
+    if code is not None and "_initialize_with_initializer" in getattr(
+            initial_value, "__qualname__", ""):
+        cells = dict(zip(code.co_freevars, initial_value.__closure__ or ()))
+        try:
+            owner, initializer = (cells["self"].cell_contents,
+                                  cells["initializer"].cell_contents)
+        except (KeyError, ValueError):
+            owner, initializer = None, None
+        if isinstance(owner, keras.Variable):
+            return owner, initializer
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "_initialize" and isinstance(
+                frame.f_locals.get("self"), keras.Variable):
+            return frame.f_locals["self"], None
+        frame = frame.f_back
+    return None, None
+
+
+def uninitialized_variables(layer):
+    # Public stand-in: none; Keras defers creating a variable built inside a stateless scope
+    # (symbolic tracing) until `Variable._deferred_initialize`, with no public sign of it.
+    """The variables of ``layer`` that Keras has not created yet (deferred initialization)."""
+    return [v for v in layer.weights if getattr(v, "_value", True) is None]
+
+
+def deferred_initializer(variable):
+    # Public stand-in: none; the method Keras calls to create a deferred variable.
+    """The bound method Keras calls to create ``variable`` later."""
+    return variable._deferred_initialize
+
+
+def make_instance_of(variable, subclass):
+    # Public stand-in: none; Keras has no hook to choose the class of a layer's variables.
+    """Turn one Keras variable into an instance of ``subclass`` (a layout-compatible subclass).
+
+    Only this object changes; ``keras.Variable`` and its backend class are untouched.
+    """
+    if type(variable) is not subclass:
+        variable.__class__ = subclass
+
+
+class HookedKerasVariable(keras.Variable):
+    # Public stand-in: none. Keras casts a variable on every read inside a mixed-policy call
+    # (`Variable._maybe_autocast`) with no hook to serve a cached cast instead.
+    """A Keras variable whose subclasses may serve autocast reads from a cache."""
+
+    def autocast_read(self, tf_var, dtype):
+        """The value to read for ``tf_var`` autocast to ``dtype``, or None for Keras's cast."""
+        return None
+
+    def _maybe_autocast(self, value):
+        scope = get_autocast_scope()
+        if self._autocast and scope is not None and scope.dtype and value is self._value:
+            read = self.autocast_read(value, scope.dtype)
+            if read is not None:
+                return read
+        return super()._maybe_autocast(value)
+
+
+def layer_being_built():
+    # Public stand-in: none; Keras opens `name_scope(layer.name, caller=layer)` around build
+    # and add_weight, and that caller is the only record of which layer is building.
+    """The innermost Keras layer whose name scope is open (the layer building now), or None."""
+    stack = global_state.get_global_attribute("name_scope_stack") or []
+    for entry in reversed(stack):
+        caller = getattr(entry, "caller", None)
+        if isinstance(caller, keras.layers.Layer):
+            return caller
+    return None
+
+
+def all_layers(layer):
+    # Public stand-in: `Model.layers` lists only the top level; Keras saving walks them all.
+    """``layer`` and every layer nested in it, each once."""
+    return list(layer._flatten_layers(include_self=True, recursive=True))
+
+
+def layers_holding(policy):
+    # Public stand-in: none; Keras has no hook on layer construction. The layers constructed
+    # while `policy` was the global dtype policy are exactly the objects that refer to it.
+    """The Keras layers whose dtype policy is the object ``policy``."""
+    found = []
+    referrers = gc.get_referrers(policy)
+    dicts = [r for r in referrers if isinstance(r, dict)]
+    candidates = [r for r in referrers if isinstance(r, keras.layers.Layer)]
+    if dicts:
+        candidates += [o for o in gc.get_referrers(*dicts)
+                       if isinstance(o, keras.layers.Layer)]
+    seen = set()
+    for layer in candidates:
+        if id(layer) not in seen and getattr(layer, "_dtype_policy", None) is policy:
+            seen.add(id(layer))
+            found.append(layer)
+    return found
+
+
+def set_object_method(obj, name, function):
+    # Public stand-in: none; a per-object override of one method of one object tfinit
+    # created or was handed (the class and every other instance are untouched).
+    """Set ``obj.<name>`` to ``function`` on that object alone; returns what it had."""
+    previous = getattr(obj, name)
+    object.__setattr__(obj, name, function)
+    return previous
+
+
+def has_object_method(obj, name):
+    # Public stand-in: none; whether `obj` carries its own override of method `name`.
+    """Whether ``obj.<name>`` was set on the object itself (not found on its class)."""
+    return name in vars(obj)
+
+
+def unset_object_method(obj, name):
+    # Public stand-in: none; drops a per-object override so the class's method applies again.
+    """Remove the override of ``name`` that was set on ``obj`` itself, if any."""
+    vars(obj).pop(name, None)
+
+
+# ------------------------------------------------------------------ TensorFlow
+
+
+def distributed_container(variable):
+    # Public stand-in: none; a replica's component does not name its distributed variable.
+    """The distributed variable that ``variable`` is a component of, or None."""
+    container = getattr(variable, "_distributed_container", None)
+    return container() if container is not None else None
+
+
+def in_saved_model_save():
+    # Public stand-in: none; `tf.saved_model.save` and `tf.train.Checkpoint` serialize
+    # variables through the same `_serialize_to_tensors`. SavedModel traces inside its save
+    # context, then writes its variables from `save_and_return_nodes` (saved_model/save.py).
+    """True while ``tf.saved_model.save`` (or ``model.export``) is tracing or writing."""
+    if save_context.in_save_context():
+        return True
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "save_and_return_nodes" and code.co_filename.endswith(
+                os.path.join("saved_model", "save.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def serialize_variable(variable):
+    # Public stand-in: none; TensorFlow's Trackable checkpoint protocol (`_serialize_to_tensors`).
+    """The tensors ``variable`` writes into a checkpoint (its own Trackable method)."""
+    return type(variable)._serialize_to_tensors(variable)
+
+
+def restore_variable(variable, tensors):
+    # Public stand-in: none; TensorFlow's Trackable checkpoint protocol (`_restore_from_tensors`).
+    """Restore ``variable`` from checkpoint ``tensors`` with its own Trackable method."""
+    return type(variable)._restore_from_tensors(variable, tensors)
+
+
+def strategy_supports_no_merge_call():
+    # Public stand-in: none; tells whether replica code may skip `merge_call`.
+    """Whether the active ``tf.distribute`` strategy runs replica steps without merge_call."""
+    return tf.__internal__.distribute.strategy_supports_no_merge_call()
+
+
+def maybe_merge_call(fn, strategy, *args):
+    # Public stand-in: `ReplicaContext.merge_call`, which fails where no merge is needed.
+    """Call ``fn(strategy, *args)`` in cross-replica context, merging only when needed."""
+    return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
+
+
+def is_trackable(obj):
+    # Public stand-in: `tf.Module` and `tf.train.Checkpoint` are trackable, but TensorFlow
+    # exports no base class that covers every object a checkpoint can track.
+    """Whether ``obj`` is an object a ``tf.train.Checkpoint`` can track attributes on."""
+    return isinstance(obj, tf.__internal__.tracking.AutoTrackable)
+
+
+def is_tracked_container(obj):
+    # Public stand-in: none; the dict/list wrappers TensorFlow tracks on trackable objects.
+    """Whether ``obj`` is a value a ``tf.train.Checkpoint`` tracks (e.g. a wrapped dict)."""
+    return isinstance(obj, tf.__internal__.tracking.Trackable)

@@ -1,0 +1,110 @@
+"""The rules of an fp32-master / 16-bit-copy pair, parsed once at the boundary.
+
+A :class:`PairSpec` says which mode a pair follows and which 16-bit dtype its copy has:
+
+- ``Mode.PSEUDO_FP16`` (Caffe2's PseudoFP16Initializer): the code sees the 16-bit copy;
+  the fp32 master sits beside it and the optimizer updates the master.
+- ``Mode.REVERSE`` (Caffe2's ReversePseudoFP16Initializer): the code sees the fp32
+  variable (the master); the 16-bit copy rides along.
+
+Dtypes are dtype *names* here (``"float16"``, ``"bfloat16"``, ``"float32"``), so this module
+runs on every Keras backend. Strings, ``tf.DType``, numpy dtypes and ``ml_dtypes.bfloat16``
+are all accepted by :func:`parse_compute_dtype`.
+"""
+
+import dataclasses
+import enum
+
+import keras
+
+#: the 16-bit float types a copy can have
+COMPUTE_DTYPES = ("float16", "bfloat16")
+MASTER_DTYPE = "float32"
+#: the name suffix Caffe2 gave the other variable of a pair
+SUFFIXES = {"float32": "_fp32", "float16": "_fp16", "bfloat16": "_bf16"}
+
+
+class Mode(enum.Enum):
+    """Which variable of a pair the model's code sees."""
+
+    PSEUDO_FP16 = "pseudo_fp16"
+    REVERSE = "reverse"
+
+
+MODES = tuple(mode.value for mode in Mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSpec:
+    """One pair's rules: its mode and the 16-bit dtype of its copy."""
+
+    mode: Mode
+    compute_dtype: str
+
+    @property
+    def is_pseudo(self):
+        """True when the code sees the 16-bit copy (pseudo_fp16)."""
+        return self.mode is Mode.PSEUDO_FP16
+
+    @property
+    def primary_dtype(self):
+        """The dtype of the variable the code sees."""
+        return self.compute_dtype if self.is_pseudo else MASTER_DTYPE
+
+    @property
+    def other_dtype(self):
+        """The dtype of the variable in ``ParameterInfo.blob_copy``."""
+        return MASTER_DTYPE if self.is_pseudo else self.compute_dtype
+
+    @property
+    def other_suffix(self):
+        """The name suffix of the ``blob_copy`` variable (``_fp32``, ``_fp16``, ``_bf16``)."""
+        return SUFFIXES[self.other_dtype]
+
+    @property
+    def keras_policy_name(self):
+        """The Keras dtype policy whose variable and compute dtypes this pair matches."""
+        return self.compute_dtype if self.is_pseudo else f"mixed_{self.compute_dtype}"
+
+
+def parse_mode(mode, who):
+    """``mode`` (a string or a :class:`Mode`) as a :class:`Mode`.
+
+    Raises:
+        ValueError: ``mode`` is neither ``"pseudo_fp16"`` nor ``"reverse"``.
+    """
+    if isinstance(mode, Mode):
+        return mode
+    for known in Mode:
+        if mode == known.value:
+            return known
+    raise ValueError(f"{who}: argument `mode` must be one of {MODES}. Received: mode={mode!r}")
+
+
+def dtype_name(dtype):
+    """``dtype`` (string, ``tf.DType``, numpy dtype or type) as a standard name, or None."""
+    try:
+        return keras.backend.standardize_dtype(dtype)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def parse_compute_dtype(compute_dtype, who):
+    """``compute_dtype`` as ``"float16"`` or ``"bfloat16"``.
+
+    Raises:
+        ValueError: any other dtype (the message says so, and that fp32 needs no pair).
+    """
+    name = dtype_name(compute_dtype) if compute_dtype is not None else None
+    if name not in COMPUTE_DTYPES:
+        raise ValueError(
+            f"{who}: argument `compute_dtype` must be 'float16' or 'bfloat16' (the 16-bit copy "
+            f"of an fp32 master; fp32 training needs no pair). Received: "
+            f"compute_dtype={compute_dtype!r}"
+        )
+    return name
+
+
+def pair_spec(mode, compute_dtype, who):
+    """The :class:`PairSpec` of ``mode`` and ``compute_dtype``, both checked."""
+    return PairSpec(parse_mode(mode, who), parse_compute_dtype(compute_dtype, who))

@@ -1,0 +1,95 @@
+"""``PairPolicy``: the Keras dtype policy of layers constructed in a mixed-precision scope.
+
+It carries the scope's :class:`PairSpec` with the layer, so the rules apply whenever Keras
+builds the layer (as Keras's own dtype policies do), and it is saved in ``.keras`` configs:
+
+- pseudo_fp16: variables and compute in the 16-bit dtype (the variables get fp32 masters);
+  normalization layers without an explicit dtype switch to ``mixed_<dtype>`` when they build,
+  so their weights and moving statistics stay fp32, as Caffe2 kept spatbn in fp32.
+- reverse: fp32 variables, 16-bit compute, like ``mixed_<dtype>`` (its name; ``Model.compile``
+  adds no second loss scaling because ``MasterWeightOptimizer`` is a ``LossScaleOptimizer``).
+- Rebuilding a layer from such a config (``load_model``, ``clone_model``, ``from_config``)
+  outside a scope raises: it would create 16-bit weights with no masters. Inside a scope the
+  layer takes that scope's dtypes (Keras keeps a deserialized policy by its name); a file's
+  fp32 masters load exactly into either 16-bit dtype.
+"""
+
+import keras
+
+from tfinit import _keras_internals as internals
+from tfinit._precision import Mode, PairSpec, pair_spec
+from tfinit.mixed_precision import _state
+
+NORMALIZATION_LAYERS = tuple(
+    getattr(keras.layers, name)
+    for name in ("BatchNormalization", "LayerNormalization", "GroupNormalization",
+                 "RMSNormalization", "UnitNormalization")
+    if hasattr(keras.layers, name)
+)
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class PairPolicy(keras.dtype_policies.DTypePolicy):
+    """The dtype policy of a layer whose trainable floating variables have fp32 masters.
+
+    Args:
+        compute_dtype: ``"float16"`` or ``"bfloat16"``.
+        mode: ``"pseudo_fp16"`` or ``"reverse"``.
+    """
+
+    def __init__(self, compute_dtype="float16", mode="pseudo_fp16"):
+        self.spec = pair_spec(mode, compute_dtype, "PairPolicy")
+        super().__init__(self.spec.keras_policy_name)
+
+    @property
+    def variable_dtype(self):
+        layer = internals.layer_being_built()
+        if (self.spec.is_pseudo and isinstance(layer, NORMALIZATION_LAYERS)
+                and layer.dtype_policy is self):
+            layer.dtype_policy = keras.dtype_policies.DTypePolicy(
+                f"mixed_{self.spec.compute_dtype}")
+            return "float32"
+        return super().variable_dtype
+
+    def get_config(self):
+        return {"compute_dtype": self.spec.compute_dtype, "mode": self.spec.mode.value}
+
+    @classmethod
+    def from_config(cls, config):
+        spec = current_spec()
+        if spec is None:
+            saved = PairSpec(Mode(config.get("mode", "pseudo_fp16")),
+                             config.get("compute_dtype") or config.get("name", "float16"))
+            raise ValueError(
+                "This layer's config comes from a model built in tfinit.mixed_precision."
+                f"scope({saved.mode.value!r}, compute_dtype={saved.compute_dtype!r}); "
+                "rebuilding it outside a scope would create 16-bit weights without fp32 "
+                "masters. Rebuild it (keras.models.load_model, clone_model, from_config) "
+                f"inside `with tfinit.mixed_precision.scope({saved.mode.value!r}, "
+                f"compute_dtype={saved.compute_dtype!r}):`."
+            )
+        return cls(spec.compute_dtype, spec.mode)
+
+    def __repr__(self):
+        return f'<PairPolicy "{self.spec.mode.value}" {self.spec.compute_dtype}>'
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class PseudoFP16Policy(PairPolicy):
+    """The name tfinit 0.1 saved its pseudo_fp16 policy under; loads as :class:`PairPolicy`."""
+
+    def __init__(self, name="float16"):
+        super().__init__(name, "pseudo_fp16")
+
+    def get_config(self):
+        return {"name": self.spec.compute_dtype}
+
+    @classmethod
+    def from_config(cls, config):
+        return PairPolicy.from_config({"compute_dtype": config.get("name", "float16"),
+                                       "mode": "pseudo_fp16"})
+
+
+def current_spec():
+    """The spec of the innermost active scope in this thread, or None."""
+    state = _state.active()
+    return None if state is None else state.spec

@@ -1,0 +1,136 @@
+"""The master-aware mirror of ``get_weights`` / ``set_weights``, and plain weight files."""
+
+import contextlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfinit import _keras_internals as internals
+from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
+from tfinit.mixed_precision import _checkpoint, _pairs
+
+
+def _weights(model_or_layer, who):
+    if not isinstance(model_or_layer, keras.layers.Layer):
+        raise TypeError(
+            f"{who}: argument `model_or_layer` must be a Keras model or layer. "
+            f"Received: {type(model_or_layer).__name__}"
+        )
+    return list(model_or_layer.weights)
+
+
+def get_master_weights(model_or_layer):
+    """One numpy array per ``model_or_layer.weights`` entry, masters in place of copies.
+
+    The fp32 master of a paired variable (in both modes), the value of any other variable.
+
+    Args:
+        model_or_layer: a Keras model or layer.
+
+    Returns:
+        A list of numpy arrays, in ``model_or_layer.weights`` order.
+
+    Example:
+
+    >>> best = tfinit.mixed_precision.get_master_weights(model)
+    >>> tfinit.mixed_precision.set_master_weights(model, best)   # exactly, copies re-cast
+    """
+    arrays = []
+    for variable in _weights(model_or_layer, "get_master_weights"):
+        pair = _pairs.pair_of(variable)
+        arrays.append(pair.master.numpy() if pair is not None else np.asarray(variable))
+    return arrays
+
+
+def set_master_weights(model_or_layer, arrays):
+    """Set every weight from ``arrays`` (as from :func:`get_master_weights`) exactly.
+
+    A paired variable's fp32 master is set to its array (never rounded through 16 bits) and
+    its copy re-cast; any other variable is assigned as ``set_weights`` would.
+
+    Raises:
+        ValueError: the number of arrays, or one array's shape, does not match; the message
+            names the variable.
+    """
+    variables = _weights(model_or_layer, "set_master_weights")
+    arrays = list(arrays)
+    if len(arrays) != len(variables):
+        raise ValueError(
+            f"set_master_weights: {model_or_layer.name!r} has {len(variables)} weights; "
+            f"received {len(arrays)} arrays."
+        )
+    touched = []
+    for variable, array in zip(variables, arrays):
+        array = np.asarray(array)
+        if tuple(array.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"set_master_weights: variable {_pairs.variable_label(variable)!r} has shape "
+                f"{tuple(variable.shape)}; received an array of shape {tuple(array.shape)}."
+            )
+        pair = _pairs.pair_of(variable)
+        if pair is None:
+            variable.assign(array)
+            continue
+        pair.master.assign(tf.cast(array, tf.float32))
+        touched.append(pair)
+    _pairs.refresh(touched)
+
+
+def save_weights(model, filepath, dtype=None):
+    """Write a plain Keras ``.weights.h5`` file of ``model`` with every float in ``dtype``.
+
+    Args:
+        model: a Keras model (paired or not).
+        filepath: the ``.weights.h5`` path.
+        dtype: ``None`` or ``"float32"``: the fp32 masters (what ``model.save_weights`` also
+            writes); ``"float16"`` / ``"bfloat16"``: the masters rounded to nearest, for a
+            plain Keras model of that dtype. Non-float weights are written as they are.
+
+    Raises:
+        ValueError: ``dtype`` is not one of these, or ``filepath`` does not end in
+            ``.weights.h5``.
+    """
+    target = MASTER_DTYPE if dtype is None else dtype_name(dtype)
+    if target not in (MASTER_DTYPE,) + COMPUTE_DTYPES:
+        raise ValueError(
+            "save_weights: argument `dtype` must be None, 'float32', 'float16' or "
+            f"'bfloat16'. Received: dtype={dtype!r}"
+        )
+    if not str(filepath).endswith(".weights.h5"):
+        raise ValueError(
+            "save_weights: argument `filepath` must end in '.weights.h5'. "
+            f"Received: filepath={filepath!r}"
+        )
+
+    def convert(value):
+        array = np.asarray(_checkpoint.masters_for_saving(value))
+        if array.dtype.kind == "f" or dtype_name(array.dtype) in COMPUTE_DTYPES:
+            return np.asarray(tf.cast(array, target))
+        return array
+
+    with _converted_store_writes(model, convert):
+        model.save_weights(filepath)
+
+
+@contextlib.contextmanager
+def _converted_store_writes(model, convert):
+    """While open, every layer of ``model`` writes ``convert(value)`` into weight files."""
+    restored = []
+    try:
+        for layer in internals.all_layers(model):
+            save = layer.save_own_variables
+
+            def save_converted(store, _save=save):
+                return _save(_checkpoint.StoreView(store, write=convert))
+
+            had_own = internals.has_object_method(layer, "save_own_variables")
+            internals.set_object_method(layer, "save_own_variables", save_converted)
+            restored.append((layer, save if had_own else None))
+        yield
+    finally:
+        for layer, save in restored:
+            if save is None:
+                internals.unset_object_method(layer, "save_own_variables")
+            else:
+                internals.set_object_method(layer, "save_own_variables", save)
