@@ -67,7 +67,9 @@ def _check_init_net(init_net, who):
             f"only keras.Variables, so its checkpoints would silently miss these variables. "
             f"Pass a tf.Module (or a dict), or create Keras weights with add_weight."
         )
-    if not isinstance(init_net, tf.__internal__.tracking.AutoTrackable):
+    from tfinit import _keras_internals
+
+    if not _keras_internals.is_trackable(init_net):
         raise TypeError(
             f"{who}.create_param: init_net must be None, a tf.Module (or another TensorFlow "
             f"trackable) or a dict to track the variables in; got {type(init_net).__name__}."
@@ -83,7 +85,9 @@ def _store(init_net, create=False):
             return None
         setattr(init_net, TRACKING_ATTRIBUTE, {})
     store = getattr(init_net, TRACKING_ATTRIBUTE)
-    if not isinstance(store, tf.__internal__.tracking.Trackable):
+    from tfinit import _keras_internals
+
+    if not _keras_internals.is_tracked_container(store):
         raise TypeError(
             f"init_net {type(init_net).__name__}.{TRACKING_ATTRIBUTE} is a "
             f"{type(store).__name__}, which TensorFlow checkpoints do not track."

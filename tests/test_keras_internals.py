@@ -1,0 +1,164 @@
+"""Contract tests: one per private Keras/TensorFlow touchpoint in tfinit/_keras_internals.py.
+
+Each failure names the installed Keras and TensorFlow versions: it means that a release
+moved an internal tfinit relies on, and tfinit must follow before that version is claimed.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfinit import _keras_internals as internals  # noqa: E402
+
+MOVED = f"a Keras/TensorFlow internal moved ({internals.VERSIONS})"
+
+
+def test_backend_variable_is_the_tf_variable_behind_a_keras_variable():
+    v = keras.Variable(np.ones(2, "f4"))
+    assert isinstance(internals.backend_variable(v), tf.Variable), MOVED
+    assert internals.backend_variable(v) is v.value, MOVED
+
+
+def test_keras_variable_in_creation_is_found_from_the_creator():
+    seen = []
+
+    def creator(next_creator, **kwargs):
+        seen.append(internals.keras_variable_in_creation(kwargs["initial_value"]))
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        from_initializer = keras.Variable(keras.initializers.Ones(), shape=(2,))
+        from_value = keras.Variable(np.zeros(3, "f4"))
+    (owner, initializer), (value_owner, none) = seen
+    assert owner is from_initializer and isinstance(initializer, keras.initializers.Ones), MOVED
+    assert value_owner is from_value and none is None, MOVED
+
+
+def test_make_instance_of_changes_one_object_only():
+    class Sub(keras.Variable):
+        pass
+
+    a, b = keras.Variable(1.0), keras.Variable(2.0)
+    internals.make_instance_of(a, Sub)
+    assert type(a) is Sub and type(b) is not Sub, MOVED
+    assert float(a.numpy()) == 1.0, MOVED
+
+
+def test_hooked_variable_serves_autocast_reads():
+    class Cached(internals.HookedKerasVariable):
+        def autocast_read(self, tf_var, dtype):
+            return tf.fill(self.shape, tf.constant(7.0, dtype))
+
+    v = keras.Variable(np.ones(2, "f4"))
+    internals.make_instance_of(v, Cached)
+
+    class Reader(keras.layers.Layer):
+        def call(self, x):
+            return x + v.value
+
+    out = Reader(dtype="mixed_float16")(np.zeros(2, "f4"))
+    assert out.dtype == "float16" and np.all(np.asarray(out) == 7.0), MOVED
+
+
+def test_layer_being_built_is_the_caller_of_the_innermost_name_scope():
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def build(self, input_shape):
+            seen.append(internals.layer_being_built())
+            self.w = self.add_weight(shape=(1,))
+
+    probe = Probe()
+    probe.build((None, 1))
+    assert seen == [probe], MOVED
+    assert internals.layer_being_built() is None, MOVED
+
+
+def test_all_layers_lists_nested_layers():
+    inner = keras.layers.Dense(1)
+    model = keras.Sequential([keras.Input((2,)), inner])
+    assert model in internals.all_layers(model) and inner in internals.all_layers(model), MOVED
+
+
+def test_layers_holding_finds_exactly_the_layers_constructed_under_a_policy():
+    policy = keras.dtype_policies.DTypePolicy("float32")
+    mine, other = keras.layers.Dense(1, dtype=policy), keras.layers.Dense(1)
+    found = internals.layers_holding(policy)
+    assert mine in found and other not in found, MOVED
+
+
+def test_object_methods_set_and_unset_on_one_object():
+    a, b = keras.layers.Dense(1), keras.layers.Dense(1)
+    internals.set_object_method(a, "get_config", lambda: {"mine": True})
+    assert internals.has_object_method(a, "get_config") and a.get_config() == {"mine": True}
+    assert "mine" not in b.get_config(), MOVED
+    internals.unset_object_method(a, "get_config")
+    assert "mine" not in a.get_config(), MOVED
+
+
+def test_uninitialized_variables_and_their_deferred_initializer():
+    layer = keras.layers.Dense(2)
+    with keras.StatelessScope():
+        layer.build((None, 3))
+        pending = internals.uninitialized_variables(layer)
+        assert {v.name for v in pending} == {"kernel", "bias"}, MOVED
+        assert all(callable(internals.deferred_initializer(v)) for v in pending), MOVED
+    assert internals.uninitialized_variables(layer) == [], MOVED
+
+
+def test_distributed_container_of_a_replica_component():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        v = tf.Variable(1.0)
+    assert internals.distributed_container(tf.Variable(1.0)) is None, MOVED
+    component = getattr(v, "_values", [v])[0]
+    container = internals.distributed_container(component)
+    assert container is None or container is v, MOVED
+
+
+def test_in_saved_model_save_tells_saved_model_from_checkpoint(tmp_path):
+    seen = {}
+
+    class Probe(tf.Module):
+        def __init__(self):
+            self.v = tf.Variable(1.0)
+            original = self.v._serialize_to_tensors
+
+            def serialize():
+                seen.setdefault(where[0], internals.in_saved_model_save())
+                return original()
+
+            internals.set_object_method(self.v, "_serialize_to_tensors", serialize)
+
+    where = ["checkpoint"]
+    probe = Probe()
+    tf.train.Checkpoint(p=probe).write(str(tmp_path / "ckpt"))
+    where[0] = "saved_model"
+    tf.saved_model.save(probe, str(tmp_path / "sm"))
+    assert seen == {"checkpoint": False, "saved_model": True}, MOVED
+
+
+def test_variable_checkpoint_protocol():
+    v = tf.Variable([1.0, 2.0])
+    tensors = internals.serialize_variable(v)
+    assert set(tensors) == {"VARIABLE_VALUE"}, MOVED
+    internals.restore_variable(v, {"VARIABLE_VALUE": tf.constant([3.0, 4.0])})
+    assert v.numpy().tolist() == [3.0, 4.0], MOVED
+
+
+def test_distribution_merge_helpers():
+    assert isinstance(internals.strategy_supports_no_merge_call(), bool), MOVED
+    strategy = tf.distribute.get_strategy()
+    got = internals.maybe_merge_call(lambda s, x: x + 1, strategy, 1)
+    assert got == 2, MOVED
+
+
+def test_trackable_checks():
+    assert internals.is_trackable(tf.Module()) and not internals.is_trackable(object()), MOVED
+    module = tf.Module()
+    module.d = {}
+    assert internals.is_tracked_container(module.d), MOVED
