@@ -405,3 +405,15 @@ def test_16bit_file_loads_into_pseudo_model_as_exact_widening(tmp_path):
     fresh.load_weights(path)
     for want, have in zip(masters, mp.get_master_weights(fresh)):
         assert have.tobytes() == want.astype(np.float16).astype(np.float32).tobytes()
+
+
+def test_saving_refuses_a_copy_trained_behind_its_master(tmp_path):
+    """A plain Keras optimizer updates the 16-bit variable only: saving must not drop that."""
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        model = _mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    model.fit(np.ones((8, 3), "f4"), np.full((8, 1), 3.0, "f4"), verbose=0)
+    with pytest.raises(ValueError, match="changed without its fp32 master.*MasterWeightOptimizer"):
+        model.save_weights(str(tmp_path / "w.weights.h5"))
+    with pytest.raises(ValueError, match="changed without its fp32 master"):
+        tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))

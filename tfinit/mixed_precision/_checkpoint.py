@@ -27,6 +27,7 @@ def install_variable_hooks(tf_var):
 
     def _serialize_to_tensors():
         if pair.spec.is_pseudo and not internals.in_saved_model_save():
+            check_copy_matches_master(pair)
             return internals.serialize_variable(pair.master)
         return internals.serialize_variable(tf_var)
 
@@ -40,6 +41,26 @@ def install_variable_hooks(tf_var):
 
     internals.set_object_method(tf_var, "_serialize_to_tensors", _serialize_to_tensors)
     internals.set_object_method(tf_var, "_restore_from_tensors", _restore_from_tensors)
+
+
+def check_copy_matches_master(pair):
+    """Refuse to save a pair whose 16-bit copy was changed behind its master's back.
+
+    Raises:
+        ValueError: ``copy != cast(master)`` (e.g. a plain Keras optimizer trained the copy);
+            saving the master would silently drop those updates.
+    """
+    if not tf.executing_eagerly():
+        return
+    cast = tf.cast(pair.master, pair.copy.dtype).numpy()
+    if cast.tobytes() != pair.copy.numpy().tobytes():
+        raise ValueError(
+            f"Variable {pair.name!r}: its 16-bit value was changed without its fp32 master "
+            "(a plain Keras optimizer updates only the 16-bit variable), so saving the master "
+            "would drop those updates. Train paired models with "
+            "tfinit.mixed_precision.MasterWeightOptimizer, or call "
+            "tfinit.mixed_precision.set_master_weights after changing weights by hand."
+        )
 
 
 def _deps(op):
@@ -84,6 +105,7 @@ def masters_for_saving(value):
     """What a weights file stores for ``value``: a pair's fp32 master, else ``value``."""
     pair = _pairs.pair_of(value) if hasattr(value, "shape") else None
     if pair is not None and pair.spec.is_pseudo:
+        check_copy_matches_master(pair)
         return pair.master.numpy()
     return value
 
