@@ -33,7 +33,7 @@ class Caffe2MomentumSGD(keras.optimizers.Optimizer):
             return
         super().build(variables)
         # Caffe2 creates <P>_momentum (fp32 zeros) even when momentum is 0.
-        self.momentums = self.add_optimizer_variables(variables, "momentum")
+        self.momentums = [self.add_variable_from_reference(v, "momentum") for v in variables]
 
     def update_step(self, gradient, variable, learning_rate):
         if isinstance(gradient, tf.IndexedSlices):
