@@ -162,3 +162,16 @@ def test_trackable_checks():
     module = tf.Module()
     module.d = {}
     assert internals.is_tracked_container(module.d), MOVED
+
+
+def test_version_check_refuses_older_and_warns_on_newer_releases():
+    import pytest
+
+    from tfinit import _versions
+
+    with pytest.raises(ImportError, match=r"tfinit needs keras >= 3.10.0 .* keras 3.9.2 is"):
+        _versions.check("keras", "3.9.2")
+    with pytest.warns(UserWarning, match=r"tested with tensorflow >= 2.16.2 and < 2.22"):
+        _versions.check("tensorflow", "2.22.0")
+    _versions.check("keras", keras.__version__)  # the installed pair is in range
+    _versions.check("tensorflow", tf.__version__)

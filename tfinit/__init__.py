@@ -4,6 +4,7 @@
 ``Dense(4, kernel_initializer="XavierFill")`` works.
 """
 
+from tfinit import _versions  # noqa: F401  (first: refuses an untested Keras/TensorFlow)
 from tfinit.registry import fill_ops
 from tfinit.fills import (
     ConstantFill,
