@@ -104,7 +104,7 @@ def _assert_serves(artifact, model, outputs, x, want, compute_dtype):
         held = {v.name.split(":")[0]: np.asarray(v) for v in artifact.variables}
         for variable in model.weights:
             assert held[variable.path].tobytes() == np.asarray(variable).tobytes(), variable.path
-    eps = float(np.finfo(NP16[compute_dtype]).eps)
+    eps = float(ml_dtypes.finfo(NP16[compute_dtype]).eps)
     np.testing.assert_allclose(np.asarray(outputs, np.float32), want, rtol=4 * eps,
                                atol=4 * eps * float(np.abs(want).max()))
 
