@@ -483,3 +483,36 @@ def test_paired_keras_variables_pass_into_tf_function_as_16_bit_values():
     for out, v in zip(outs, model.trainable_variables):
         assert out.dtype == tf.float16
         np.testing.assert_array_equal(out.numpy(), 2 * keras.ops.convert_to_numpy(v.value))
+
+
+def test_no_keras_class_changes_and_other_threads_are_untouched():
+    import threading
+
+    classes = [keras.layers.BatchNormalization, keras.layers.LayerNormalization, keras.Variable,
+               keras.layers.Dense, keras.dtype_policies.DTypePolicy]
+    before = [dict(vars(cls)) for cls in classes]
+    inside, outside = threading.Event(), threading.Event()
+    other = {}
+
+    def other_thread():
+        inside.wait(30)
+        norm = keras.layers.BatchNormalization()
+        norm.build((None, 4))
+        dense = keras.layers.Dense(2)
+        dense.build((None, 4))
+        other.update(norm=norm, dense=dense)
+        outside.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    with mp.scope("pseudo_fp16", "float16"):
+        norm = keras.layers.BatchNormalization()
+        norm.build((None, 4))
+        assert [dict(vars(cls)) for cls in classes] == before
+        inside.set()
+        assert outside.wait(30)
+    thread.join()
+    assert norm.gamma.dtype == "float32" and norm.moving_mean.dtype == "float32"
+    assert other["norm"].dtype_policy.name == "float32"
+    assert other["dense"].kernel.dtype == "float32" and _pairs.lookup(other["dense"].kernel) is None
+    assert [dict(vars(cls)) for cls in classes] == before
