@@ -175,3 +175,12 @@ def test_version_check_refuses_older_and_warns_on_newer_releases():
         _versions.check("tensorflow", "2.22.0")
     _versions.check("keras", keras.__version__)  # the installed pair is in range
     _versions.check("tensorflow", tf.__version__)
+
+
+def test_variable_checkpoint_protocol_for_distributed_variables():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        v = tf.Variable([1.0, 2.0])
+    assert internals.serialize_variable(v)["VARIABLE_VALUE"].numpy().tolist() == [1.0, 2.0]
+    internals.restore_variable(v, {"VARIABLE_VALUE": tf.constant([5.0, 6.0])})
+    assert v.numpy().tolist() == [5.0, 6.0], MOVED

@@ -191,14 +191,22 @@ def in_saved_model_save():
 
 def serialize_variable(variable):
     # Public stand-in: none; TensorFlow's Trackable checkpoint protocol (`_serialize_to_tensors`).
-    """The tensors ``variable`` writes into a checkpoint (its own Trackable method)."""
-    return type(variable)._serialize_to_tensors(variable)
+    """The tensors ``variable`` writes into a checkpoint (its class's Trackable method)."""
+    try:
+        return type(variable)._serialize_to_tensors(variable)
+    except NotImplementedError:
+        # Distributed variables save through legacy SaveableObjects; as Keras's own
+        # Variable does, write the value under the standard key.
+        return {"VARIABLE_VALUE": variable.read_value()}
 
 
 def restore_variable(variable, tensors):
     # Public stand-in: none; TensorFlow's Trackable checkpoint protocol (`_restore_from_tensors`).
-    """Restore ``variable`` from checkpoint ``tensors`` with its own Trackable method."""
-    return type(variable)._restore_from_tensors(variable, tensors)
+    """Restore ``variable`` from checkpoint ``tensors`` with its class's Trackable method."""
+    try:
+        return type(variable)._restore_from_tensors(variable, tensors)
+    except NotImplementedError:
+        return variable.assign(tensors["VARIABLE_VALUE"])
 
 
 def strategy_supports_no_merge_call():
