@@ -1,6 +1,6 @@
 """Small Caffe2 nets written in the tests, and a numpy re-computation of Caffe2's ops.
 
-The numpy functions follow FACTS.md ("A numpy re-computation matches Caffe2"): FC
+The numpy functions follow docs/caffe2-ops.md: FC
 ``x @ W.T + b`` flattening C,H,W; Conv OIHW cross-correlation with explicit pads;
 SpatialBN test mode ``(x - rm) / sqrt(riv + eps) * s + b``; pooling with floor output
 sizes, padded cells ignored.
@@ -12,17 +12,24 @@ import numpy as np
 
 from tfinit.caffe2._netdef import NetDef, Operator
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-MODELS = SHARED / "reference" / "caffe2" / "models"
+DATA = Path(__file__).resolve().parent / "data"
+MODELS = DATA / "models"
+REALMODELS = DATA / "realmodels"
+
+
+def _folder(path):
+    assert path.is_dir(), f"test data folder {path} is missing (it is part of the repository)"
+    return path
 
 
 def models_dir():
-    """The shared Caffe2 models folder; a missing one fails the test (never skips)."""
-    assert MODELS.is_dir(), (
-        f"Caffe2 reference models not found at {MODELS}: the shared/ folder must sit "
-        "beside the repository (CI puts it there)."
-    )
-    return MODELS
+    """``tests/data/models``: the exported brew MLP; a missing folder fails (never skips)."""
+    return _folder(MODELS)
+
+
+def realmodels_dir():
+    """``tests/data/realmodels``: nets built by Caffe2's own model code, run in Caffe2."""
+    return _folder(REALMODELS)
 
 
 def given_tensor_init_net(params):
@@ -36,7 +43,7 @@ def given_tensor_init_net(params):
 
 
 def cnn(seed=0, conv_pad=1, pool_pad=0):
-    """FACTS.md's CNN: conv 3->4 k3, spatial_bn, relu, max_pool 2/2, fc 64->5, softmax."""
+    """A small CNN: conv 3->4 k3, spatial_bn, relu, max_pool 2/2, fc 64->5, softmax."""
     rng = np.random.default_rng(seed)
     params = {
         "conv1_w": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32),
