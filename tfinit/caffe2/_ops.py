@@ -50,6 +50,8 @@ class Builder:
         self.params = dict(params)  # NHWC conv weights are replaced by their OIHW form
         self.layout = layout
         self.blobs = {}  # Caffe2 blob -> Keras tensor (4-D kept NHWC)
+        self.writer = {}  # blob -> index of the op that last wrote it
+        self.inputs = []  # (data input blob, keras.Input)
         self.constants = {}  # blob -> value known when converting (split_info, params)
         self.opaque = {}  # blob -> why it holds no tensor (RecurrentNetwork workspaces)
         self.data_inputs = set()

@@ -116,6 +116,7 @@ def _run_op(b, k, op):
         for blob, tensor in zip(op.outputs, results):
             if tensor is not None:
                 b.blobs[blob] = tensor
+                b.writer[blob] = k
                 b.opaque.pop(blob, None)
     except _ops.Unsupported as err:
         raise ValueError(f"to_keras: op #{k} {op.type} -> {op.outputs[:1]}: unsupported "
@@ -156,6 +157,13 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
     """
     net = read_netdef(predict_net)
     params = init_net if isinstance(init_net, Mapping) else load_init_net(init_net)
+    b = build(net, params, input_shape, input_format)
+    return model_of(b, net, outputs)
+
+
+def build(net, params, input_shape, input_format=None):
+    """Convert every op of ``net``: a :class:`_ops.Builder` holding the Keras tensor of
+    each blob (``b.blobs``), the op that last wrote it (``b.writer``) and the inputs."""
     if input_format not in (None, *_FORMATS):
         raise ValueError(f"Argument `input_format` must be 'channels_first', 'channels_last' "
                          f"or None. Received: input_format={input_format!r}")
@@ -166,6 +174,7 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
                          f"supported: {', '.join(supported_ops())}.")
     try:
         layout = net_layout(net)
+        ints = _int_inputs(net)
     except _ops.Unsupported as err:
         raise ValueError(f"to_keras: unsupported {err}.") from None
     data = data_inputs(net)
@@ -175,18 +184,19 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
     b = _ops.Builder(params, layout)
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
-    try:
-        ints = _int_inputs(net)
-    except _ops.Unsupported as err:
-        raise ValueError(f"to_keras: unsupported {err}.") from None
-    inputs = []
+    b.inputs = []
     for blob in data:
         inp = keras.Input(shape=shapes[blob], name=b.name(blob),
                           dtype="int32" if blob in ints else "float32")
-        inputs.append(inp)
+        b.inputs.append((blob, inp))
         b.blobs[blob] = _interface(b, inp, blob, inbound=True)
     for k, op in enumerate(net.ops):
         _run_op(b, k, op)
+    return b
+
+
+def model_of(b, net, outputs=None):
+    """The Keras model returning ``outputs`` (blob names) of a :func:`build`, loaded."""
     if outputs is None:
         outputs = [blob for blob in net.external_output if blob not in b.opaque]
     outputs = list(outputs)
@@ -198,6 +208,7 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
         raise ValueError(f"to_keras: output blob(s) {missing + opaque} are not tensors the "
                          f"net writes; blobs: {sorted(b.blobs)}.")
     results = [_interface(b, b.blobs[blob], blob, inbound=False) for blob in outputs]
+    inputs = [inp for _, inp in b.inputs]
     model = keras.Model(inputs if len(inputs) > 1 else inputs[0],
                         results if len(results) > 1 else results[0],
                         name=b.name(net.name or "caffe2_net"))
