@@ -79,19 +79,20 @@ def test_bad_arguments_exit_nonzero_with_one_line(argv, text, capsys, tmp_path):
 
 def test_convert_reports_unsupported_ops_in_one_line(tmp_path, capsys):
     predict, params = nets.cnn()
-    predict.ops.append(Operator("LRN", ("prob",), ("n",)))
+    predict.ops.append(Operator("Im2Col", ("prob",), ("n",)))
     (tmp_path / "i.pb").write_bytes(nets.given_tensor_init_net(params).to_bytes())
     (tmp_path / "p.pb").write_bytes(predict.to_bytes())
     assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
                  str(tmp_path / "o.keras"), "--input-shape", "3,8,8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "LRN (op #6)" in err
+    assert len(err.splitlines()) == 1 and "Im2Col (op #6)" in err
 
 
 def test_convert_says_when_the_model_needs_tfinit_to_load(tmp_path, capsys):
     predict, _ = nets.padded_pools()
-    (tmp_path / "i.pb").write_bytes(NetDef().to_bytes())
+    (tmp_path / "i.pb").write_bytes(NetDef(name="no_params").to_bytes())
     (tmp_path / "p.pb").write_bytes(predict.to_bytes())
     assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
                  str(tmp_path / "o.keras"), "--input-shape", "3,8,7"]) == 0
-    assert "import tfinit.caffe2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Caffe2Pooling2D" in out and "import tfinit.caffe2" in out

@@ -45,10 +45,23 @@ def data_inputs(net):
     return inputs
 
 
+def _op_error(k, op, err):
+    """The ValueError for op #k: 'unsupported ...' for what is not converted."""
+    what = "unsupported " if isinstance(err, _ops.Unsupported) else ""
+    end = "." if what else ""
+    return ValueError(f"to_keras: op #{k} {op.type} -> {list(op.outputs[:1])}: {what}{err}{end}")
+
+
 def _int_inputs(net):
     """Data inputs read as integers (a RecurrentNetwork's seq_lengths)."""
-    lengths = (lengths_input(op) for op in net.ops if op.type == "RecurrentNetwork")
-    return {blob for blob in lengths if blob is not None}
+    ints = set()
+    for k, op in enumerate(net.ops):
+        if op.type == "RecurrentNetwork":
+            try:
+                ints.add(lengths_input(op))
+            except _ops.Unsupported as err:
+                raise _op_error(k, op, err) from None
+    return ints - {None}
 
 
 def net_layout(net):
@@ -118,11 +131,8 @@ def _run_op(b, k, op):
                 b.blobs[blob] = tensor
                 b.writer[blob] = k
                 b.opaque.pop(blob, None)
-    except _ops.Unsupported as err:
-        raise ValueError(f"to_keras: op #{k} {op.type} -> {op.outputs[:1]}: unsupported "
-                         f"{err}.") from None
-    except (ValueError, TypeError) as err:  # bad argument types included
-        raise ValueError(f"to_keras: op #{k} {op.type} -> {op.outputs[:1]}: {err}") from None
+    except (ValueError, TypeError) as err:  # Unsupported and bad argument types included
+        raise _op_error(k, op, err) from None
 
 
 def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None):
@@ -174,9 +184,9 @@ def build(net, params, input_shape, input_format=None):
                          f"supported: {', '.join(supported_ops())}.")
     try:
         layout = net_layout(net)
-        ints = _int_inputs(net)
     except _ops.Unsupported as err:
         raise ValueError(f"to_keras: unsupported {err}.") from None
+    ints = _int_inputs(net)
     data = data_inputs(net)
     if not data:
         raise ValueError("to_keras: the predict net reads no data input.")
