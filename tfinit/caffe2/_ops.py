@@ -55,6 +55,7 @@ class Builder:
         self.constants = {}  # blob -> value known when converting (split_info, params)
         self.opaque = {}  # blob -> why it holds no tensor (RecurrentNetwork workspaces)
         self.data_inputs = set()
+        self.input_shapes = {}  # data input -> the per-example shape the user gave
         self.used_names = set()
         self.routes = {}  # Keras layer -> {attribute: blob}
         self.flattened = {}  # Dense layer -> (C, H, W) it reads, or None: no reorder
@@ -171,6 +172,7 @@ def _input_mismatch(b, op, blob, expected, x):
     """Raise the error for a data input whose shape does not fit the op's weight."""
     got = tuple(x.shape[1:])
     if op.inputs[0] in b.data_inputs:
+        got = b.input_shapes[op.inputs[0]]
         raise ValueError(f"Argument `input_shape` for '{op.inputs[0]}' must be {expected}, "
                          f"as {op.type} reads it with weight '{blob}' of shape "
                          f"{tuple(b.params[blob].shape)}. Received: input_shape={got}"

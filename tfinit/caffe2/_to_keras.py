@@ -194,6 +194,7 @@ def build(net, params, input_shape, input_format=None):
     b = _ops.Builder(params, layout)
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
+    b.input_shapes = shapes
     b.inputs = []
     for blob in data:
         inp = keras.Input(shape=shapes[blob], name=b.name(blob),
