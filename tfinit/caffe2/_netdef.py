@@ -194,9 +194,9 @@ def read_netdef(source):
             "read_netdef: expected a path, bytes or a NetDef, got "
             f"{type(source).__name__}."
         )
-    if not data.strip() if text else not data:
-        raise ValueError(f"read_netdef: {where} is empty ({len(data)} bytes); expected a serialized "
-                         "Caffe2 NetDef (init_net.pb / predict_net.pb).")
+    if not (data.strip() if text else data):
+        raise ValueError(f"read_netdef: {where} is empty ({len(data)} bytes); expected a "
+                         "serialized Caffe2 NetDef (init_net.pb / predict_net.pb).")
     net = _PB["NetDef"]()
     try:
         if text:
