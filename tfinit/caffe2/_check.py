@@ -14,9 +14,9 @@ import numpy as np
 
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._netdef import read_netdef
+from tfinit.caffe2._ops import TO_NCHW, TO_NHWC
 from tfinit.caffe2._to_keras import build, data_inputs, model_of, net_layout
 
-_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
 
 @dataclasses.dataclass
@@ -87,7 +87,7 @@ def _load_reference(forward):
 def _to_layout(array, source, target):
     if array.ndim != 4 or source == target:
         return array
-    return array.transpose(_TO_NHWC if target == "NHWC" else _TO_NCHW)
+    return array.transpose(0, *(TO_NHWC if target == "NHWC" else TO_NCHW))
 
 
 def _compare(blob, actual, expected, rtol, atol):

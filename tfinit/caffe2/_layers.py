@@ -1,7 +1,9 @@
 """Keras layers for Caffe2 semantics that Keras's built-in layers lack.
 
-Registered as ``"tfinit>Caffe2Pooling2D"``: a ``.keras`` file using it loads after
-``import tfinit.caffe2``.
+Each is registered as ``"tfinit>ClassName"`` (``Caffe2Pooling2D``, ``Caffe2ChannelShuffle``,
+``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``): a ``.keras`` file
+using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is used, so they run on
+any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
 """
 
 import math

@@ -23,7 +23,7 @@ from tfinit.caffe2._layers import (
 )
 
 NCHW, NHWC = "NCHW", "NHWC"
-_TO_NHWC, _TO_NCHW = (2, 3, 1), (3, 1, 2)
+TO_NHWC, TO_NCHW = (2, 3, 1), (3, 1, 2)  # Permute dims (batch excluded)
 _NCHW_TO_INTERNAL = {0: 0, 1: 3, 2: 1, 3: 2}
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
 # Ops whose `order` decides the layout of the tensors they read and write.
@@ -113,12 +113,12 @@ class Builder:
     def to_caffe2(self, tensor, base):
         """``tensor`` in Caffe2's layout (a Permute for a 4-D blob of an NCHW net)."""
         if len(tensor.shape) == 4 and self.layout == NCHW:
-            return keras.layers.Permute(_TO_NCHW, name=self.name(base + "_nchw"))(tensor)
+            return keras.layers.Permute(TO_NCHW, name=self.name(base + "_nchw"))(tensor)
         return tensor
 
     def from_caffe2(self, tensor, base):
         if len(tensor.shape) == 4 and self.layout == NCHW:
-            return keras.layers.Permute(_TO_NHWC, name=self.name(base + "_nhwc"))(tensor)
+            return keras.layers.Permute(TO_NHWC, name=self.name(base + "_nhwc"))(tensor)
         return tensor
 
     def caffe2_shape(self, tensor):

@@ -8,7 +8,6 @@ The op semantics matched are in docs/caffe2-ops.md.
 from collections.abc import Mapping
 
 import keras
-import numpy as np
 
 from tfinit.caffe2 import _ops
 from tfinit.caffe2._fill import load_init_net
@@ -18,7 +17,6 @@ from tfinit.caffe2._recurrent import lengths_input, lstm, param_slots
 
 _HANDLERS = {**_ops.HANDLERS, "RecurrentNetwork": lstm}
 _FORMATS = {"channels_first": _ops.NCHW, "channels_last": _ops.NHWC}
-_TO_NHWC, _TO_NCHW = (2, 3, 1), (3, 1, 2)
 
 
 def supported_ops():
@@ -108,7 +106,7 @@ def _interface(b, tensor, base, inbound):
     """Permute between the model's 4-D interface layout and the internal NHWC."""
     if len(tensor.shape) != 4 or b.io_layout == _ops.NHWC:
         return tensor
-    perm = _TO_NHWC if inbound else _TO_NCHW
+    perm = _ops.TO_NHWC if inbound else _ops.TO_NCHW
     suffix = "_nhwc" if inbound else "_nchw"
     return keras.layers.Permute(perm, name=b.name(base + suffix))(tensor)
 
@@ -147,7 +145,8 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
             ``{blob: shape}`` (e.g. a time-major LSTM: ``{"input_blob": (N, D),
             "seq_lengths": (), ...}``; Caffe2's first axis is then Keras's batch axis).
         outputs: blobs to return (default: the net's external outputs that hold
-            tensors), e.g. intermediate blobs for checking a conversion.
+            tensors), e.g. intermediate blobs for checking a conversion; a blob written
+            in place gives its last value, as Caffe2's workspace holds it.
         input_format: ``"channels_first"`` or ``"channels_last"``: the layout of the
             model's 4-D inputs and outputs (default: the net's own ``order``).
 
