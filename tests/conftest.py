@@ -1,4 +1,4 @@
-"""Shared test setup: quiet TensorFlow logs. Test data lives in tests/data (never ../shared)."""
+"""Shared test setup: quiet TensorFlow logs; REPO. Test data lives in tests/data, in the repo."""
 
 import os
 from pathlib import Path

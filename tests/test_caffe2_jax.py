@@ -58,3 +58,16 @@ def test_converted_nets_run_on_the_jax_backend():
                           text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "JAX-CAFFE2-OK" in proc.stdout
+
+
+def test_the_caffe2_code_and_tests_read_nothing_beside_the_repository():
+    files = [*sorted((REPO / "tfinit" / "caffe2").glob("*.py")),
+             *sorted((REPO / "tests").glob("*caffe2*.py")), REPO / "tests" / "conftest.py",
+             REPO / "notebooks" / "05_caffe2_models.ipynb"]
+    for path in files:
+        text = path.read_text()
+        if path.name == "test_caffe2_jax.py":
+            text = text[:text.index("def test_the_caffe2_code_and_tests_read_nothing")]
+        for needle in ('"shared"', "'shared'", "../shared", "reference/caffe2", "FACTS.md",
+                       "DESIGN.md"):
+            assert needle not in text, f"{path.name} mentions {needle}"
