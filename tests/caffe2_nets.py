@@ -1,6 +1,6 @@
 """Small Caffe2 nets written in the tests, and a numpy re-computation of Caffe2's ops.
 
-The numpy functions follow FACTS.md ("A numpy re-computation matches Caffe2"): FC
+The numpy functions follow docs/caffe2-ops.md: FC
 ``x @ W.T + b`` flattening C,H,W; Conv OIHW cross-correlation with explicit pads;
 SpatialBN test mode ``(x - rm) / sqrt(riv + eps) * s + b``; pooling with floor output
 sizes, padded cells ignored.
@@ -12,17 +12,24 @@ import numpy as np
 
 from tfinit.caffe2._netdef import NetDef, Operator
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-MODELS = SHARED / "reference" / "caffe2" / "models"
+DATA = Path(__file__).resolve().parent / "data"
+MODELS = DATA / "models"
+REALMODELS = DATA / "realmodels"
+
+
+def _folder(path):
+    assert path.is_dir(), f"test data folder {path} is missing (it is part of the repository)"
+    return path
 
 
 def models_dir():
-    """The shared Caffe2 models folder; a missing one fails the test (never skips)."""
-    assert MODELS.is_dir(), (
-        f"Caffe2 reference models not found at {MODELS}: the shared/ folder must sit "
-        "beside the repository (CI puts it there)."
-    )
-    return MODELS
+    """``tests/data/models``: the exported brew MLP; a missing folder fails (never skips)."""
+    return _folder(MODELS)
+
+
+def realmodels_dir():
+    """``tests/data/realmodels``: nets built by Caffe2's own model code, run in Caffe2."""
+    return _folder(REALMODELS)
 
 
 def given_tensor_init_net(params):
@@ -36,7 +43,7 @@ def given_tensor_init_net(params):
 
 
 def cnn(seed=0, conv_pad=1, pool_pad=0):
-    """FACTS.md's CNN: conv 3->4 k3, spatial_bn, relu, max_pool 2/2, fc 64->5, softmax."""
+    """A small CNN: conv 3->4 k3, spatial_bn, relu, max_pool 2/2, fc 64->5, softmax."""
     rng = np.random.default_rng(seed)
     params = {
         "conv1_w": rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32),
@@ -197,3 +204,74 @@ def padded_pools_forward(x):
     return {"mp": pool(x, (3, 3), (2, 2), (1, 1, 1, 1)),
             "ap": pool(x, (3, 3), (2, 2), (1, 1, 1, 1), mode="avg"),
             "ap2": pool(x, (2, 2), (2, 2), (1, 0, 0, 1), mode="avg")}
+
+
+# ---------------------------------------------------------------- the ops of Caffe2's model code
+
+
+def channel_shuffle(x, group, axis=1):
+    """docs/caffe2-ops.md: output channel i * g + j is input channel j * (C / g) + i."""
+    channels = x.shape[axis]
+    per = channels // group
+    order = [j * per + i for i in range(per) for j in range(group)]
+    return np.take(x, order, axis=axis)
+
+
+def lrn(x, size, alpha, beta, bias, axis=1):
+    """scale = bias + alpha / size * (sum of x^2 over the size channels around c)."""
+    x64 = np.moveaxis(x.astype(np.float64), axis, -1)
+    half, channels = (size - 1) // 2, x64.shape[-1]
+    scale = np.empty_like(x64)
+    for c in range(channels):
+        window = x64[..., max(c - half, 0):min(c + half + 1, channels)]
+        scale[..., c] = bias + alpha / size * (window ** 2).sum(axis=-1)
+    y = x64 * scale ** -beta
+    return (np.moveaxis(y, -1, axis).astype(np.float32),
+            np.moveaxis(scale, -1, axis).astype(np.float32))
+
+
+def lstm(gates_x, h0, c0, w, b, lengths, forget_bias=0.0, drop_states=False):
+    """Caffe2's LSTMUnit loop, time-major: gates i, f, o, g; lengths keep or zero states."""
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    h, c = h0[0].astype(np.float64), c0[0].astype(np.float64)
+    hidden, cell = [], []
+    for t in range(len(gates_x)):
+        z = gates_x[t] + h @ w.T + b
+        i, f, o, g = np.split(z, 4, axis=-1)
+        c_new = sigmoid(f + forget_bias) * c + sigmoid(i) * np.tanh(g)
+        h_new = sigmoid(o) * np.tanh(c_new)
+        valid = (t < np.asarray(lengths))[:, None]
+        h = np.where(valid, h_new, 0 if drop_states else h)
+        c = np.where(valid, c_new, 0 if drop_states else c)
+        hidden.append(h)
+        cell.append(c)
+    f32 = lambda v: np.asarray(v, np.float32)  # noqa: E731
+    return f32(hidden), f32(h[None]), f32(cell), f32(c[None])
+
+
+def to_nhwc(predict, params, fc_after=None):
+    """The same net in NHWC order: every op's order set to NHWC, conv weights
+    ``[O, kh, kw, I]``, and the FC named ``fc_after`` (reading a flattened 4-D blob of
+    shape ``(C, H, W)``) given its columns in H, W, C order."""
+    ops = []
+    for op in predict.ops:
+        args = dict(op.args)
+        if op.type not in ("Softmax", "Sum", "Add", "Reshape", "Flatten", "Dropout", "FC"):
+            args["order"] = "NHWC"
+        ops.append(Operator(op.type, op.inputs, op.outputs, args, engine=op.engine))
+    params = dict(params)
+    for op in predict.ops:
+        if op.type == "Conv":
+            params[op.inputs[1]] = params[op.inputs[1]].transpose(0, 2, 3, 1).copy()
+    if fc_after is not None:
+        blob, chw = fc_after
+        w = params[blob]
+        params[blob] = w.reshape(len(w), *chw).transpose(0, 2, 3, 1).reshape(len(w), -1).copy()
+    net = NetDef(name=predict.name + "_nhwc", ops=ops, external_input=predict.external_input,
+                 external_output=predict.external_output)
+    return net, params
+
+
+def nchw_to_nhwc(blobs):
+    """4-D arrays NCHW -> NHWC (others unchanged)."""
+    return {k: v.transpose(0, 2, 3, 1) if np.ndim(v) == 4 else v for k, v in blobs.items()}

@@ -65,13 +65,19 @@ def test_convert_writes_a_keras_model(tmp_path, capsys):
 @pytest.mark.parametrize("argv, text", [
     (["inspect", "/nonexistent.pb"], "No such file"),
     (["inspect", "GARBAGE"], "not a valid Caffe2 NetDef"),
+    (["inspect", "EMPTY"], "is empty (0 bytes)"),
+    (["convert", "a.pb", "b.pb", "out.keras"], "--input-shape is required"),
+    (["convert", "a.pb", "b.pb", "out.keras", "--input-shape", "a=1", "--input-shape", "2"],
+     "NAME=dims each"),
     (["convert", "a.pb", "b.pb", "out.keras", "--input-shape", "3,x"], "--input-shape"),
     (["convert", "a.pb", "b.pb", "out.h5", "--input-shape", "3"], "must end in .keras"),
 ])
 def test_bad_arguments_exit_nonzero_with_one_line(argv, text, capsys, tmp_path):
     garbage = tmp_path / "garbage.pb"
     garbage.write_bytes(b"\xff\xff\xff not a protobuf")
-    argv = [str(garbage) if a == "GARBAGE" else a for a in argv]
+    empty = tmp_path / "empty.pb"
+    empty.write_bytes(b"")
+    argv = [{"GARBAGE": str(garbage), "EMPTY": str(empty)}.get(a, a) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and text in err and "Traceback" not in err
@@ -79,19 +85,52 @@ def test_bad_arguments_exit_nonzero_with_one_line(argv, text, capsys, tmp_path):
 
 def test_convert_reports_unsupported_ops_in_one_line(tmp_path, capsys):
     predict, params = nets.cnn()
-    predict.ops.append(Operator("LRN", ("prob",), ("n",)))
+    predict.ops.append(Operator("Im2Col", ("prob",), ("n",)))
     (tmp_path / "i.pb").write_bytes(nets.given_tensor_init_net(params).to_bytes())
     (tmp_path / "p.pb").write_bytes(predict.to_bytes())
     assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
                  str(tmp_path / "o.keras"), "--input-shape", "3,8,8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "LRN (op #6)" in err
+    assert len(err.splitlines()) == 1 and "Im2Col (op #6)" in err
 
 
 def test_convert_says_when_the_model_needs_tfinit_to_load(tmp_path, capsys):
     predict, _ = nets.padded_pools()
-    (tmp_path / "i.pb").write_bytes(NetDef().to_bytes())
+    (tmp_path / "i.pb").write_bytes(NetDef(name="no_params").to_bytes())
     (tmp_path / "p.pb").write_bytes(predict.to_bytes())
     assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"),
                  str(tmp_path / "o.keras"), "--input-shape", "3,8,7"]) == 0
-    assert "import tfinit.caffe2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Caffe2Pooling2D" in out and "import tfinit.caffe2" in out
+
+
+def _real(name):
+    folder = nets.realmodels_dir()
+    return [str(folder / f"{name}_init_net.pb"), str(folder / f"{name}_predict_net.pb")]
+
+
+def test_convert_check_reports_every_blob_of_a_real_net(tmp_path, capsys):
+    out = tmp_path / "char_rnn.keras"
+    forward = str(nets.realmodels_dir() / "char_rnn_forward.npz")
+    assert main(["convert", *_real("char_rnn"), str(out), "--check", forward]) == 0
+    text = capsys.readouterr().out
+    for blob in ("LSTM/i2h", "LSTM/hidden_state_all", "softmax_reshaped", "_"):
+        assert any(line.startswith(blob + " ") and line.endswith(" ok")
+                   for line in text.splitlines()), blob
+    assert "all 9 blobs match Caffe2" in text and "Caffe2LSTM" in text
+    assert out.exists()
+
+
+def test_convert_check_exits_nonzero_past_the_tolerance(tmp_path, capsys):
+    folder = nets.realmodels_dir()
+    ref = dict(np.load(folder / "char_rnn_forward.npz", allow_pickle=False))
+    ref["blob/char_rnn_blob_0"] = ref["blob/char_rnn_blob_0"] + 1e-2
+    forward = tmp_path / "forward.npz"
+    np.savez(forward, **ref)
+    shapes = ["--input-shape", "input_blob=2,26", "--input-shape", "hidden_init=2,16",
+              "--input-shape", "cell_init=2,16", "--input-shape", "seq_lengths="]
+    assert main(["convert", *_real("char_rnn"), str(tmp_path / "m.keras"), *shapes,
+                 "--check", str(forward)]) == 1
+    text = capsys.readouterr().out
+    assert "1 of 9 blobs diverge; the first is 'char_rnn_blob_0' (op #2 FC)" in text
+    assert "DIVERGES" in text

@@ -1,4 +1,4 @@
-"""tfinit.caffe2.fill / load_init_net against the Caffe2 facts in FACTS.md."""
+"""tfinit.caffe2.fill / load_init_net against Caffe2's fill semantics (docs/caffe2-semantics.md)."""
 
 import os
 from pathlib import Path
@@ -292,7 +292,7 @@ def test_gaussian_fill():
     ([256, 128], 128), ([64, 32, 3, 3], 288), ([1000], 1), ([4, 6, 5], 30),
 ])
 def test_xavier_fill_uses_caffe2_fan_in(shape, fan_in):
-    limit = np.sqrt(3 / fan_in)  # FACTS: 0.15309, 0.10206, 1.7320 for the first three
+    limit = np.sqrt(3 / fan_in)  # Caffe2: 0.15309, 0.10206, 1.7320 for the first three
     out = fill("XavierFill", shape=shape)
     assert out.dtype == np.float32 and list(out.shape) == shape
     assert np.abs(out).max() <= limit * (1 + 1e-5)
@@ -345,7 +345,7 @@ def test_float_to_half_clip_saturates_nan_too():
     x = np.array([65519, 65520, 1e9, -1e9, np.nan, -np.nan, np.inf, -np.inf, 1.5], np.float32)
     out = fill("FloatToHalf", x, clip=1)
     # NaN -> -65504 (either sign) is what Caffe2 (PyTorch 1.8.1, CPU) printed when run;
-    # FACTS.md words it as "NaN also becomes 65504".
+    # Caffe2's rule: "NaN also becomes 65504".
     assert out.tolist() == [65504, 65504, 65504, -65504, -65504, -65504, 65504, -65504, 1.5]
 
 

@@ -206,3 +206,67 @@ def test_fc_kernel_matches_the_facts_formula():
     expected = w.reshape(5, 4, 3, 2).transpose(2, 3, 1, 0).reshape(3 * 2 * 4, 5)
     np.testing.assert_array_equal(fc_kernel(w, (4, 3, 2)), expected)
     np.testing.assert_array_equal(fc_kernel(w), w.T)
+
+
+# ---------------------------------------------------------------- fp32 masters stay exact
+
+
+def _assert_masters_exact(model, expected):
+    """Each paired weight: its fp32 master bit-equal to the Caffe2 value, the 16-bit weight
+    its cast. Unpaired float32 weights (BatchNormalization stays fp32) equal it exactly."""
+    import tensorflow as tf
+
+    from tfinit.mixed_precision import parameter_info
+
+    paired = 0
+    for variable, value in expected:
+        try:
+            info = parameter_info(variable)
+        except ValueError:
+            assert variable.dtype == "float32", variable.path
+            assert np.asarray(variable.numpy()).tobytes() == value.tobytes(), variable.path
+            continue
+        master = np.asarray(info.blob_copy[tf.float32].numpy())
+        assert master.dtype == np.float32, variable.path
+        assert master.tobytes() == value.tobytes(), variable.path
+        np.testing.assert_array_equal(np.asarray(variable.numpy()), value.astype(np.float16))
+        paired += 1
+    return paired
+
+
+def _cnn_expected(model, params):
+    conv, fc, bn = model.get_layer("conv1"), model.get_layer("fc"), model.get_layer("bn1")
+    return [(conv.kernel, params["conv1_w"].transpose(2, 3, 1, 0)),
+            (conv.bias, params["conv1_b"]),
+            (fc.kernel, fc_kernel(params["fc_w"], (4, 4, 4))), (fc.bias, params["fc_b"]),
+            (bn.gamma, params["bn1_s"]), (bn.beta, params["bn1_b"])]
+
+
+def _unround(params):
+    # Values that float16 rounds: the masters must keep every fp32 bit.
+    return {k: (v + np.float32(1e-4) * np.arange(v.size, dtype=np.float32).reshape(v.shape))
+            .astype(np.float32) for k, v in params.items()}
+
+
+def test_loading_in_a_pseudo_fp16_scope_sets_every_master_exactly(cnn):
+    import tfinit.mixed_precision as mp
+
+    params = _unround(cnn[0])
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        model = keras.Sequential([keras.Input((8, 8, 3)), *_cnn_layers()])
+    report = load_into_keras(model, params)
+    assert len(report.assigned) == len(params)
+    assert _assert_masters_exact(model, _cnn_expected(model, params)) == 4
+    assert not np.array_equal(params["fc_w"].astype(np.float16).astype(np.float32),
+                              params["fc_w"])  # the control: fp16 would have rounded them
+
+
+def test_to_keras_in_a_pseudo_fp16_scope_keeps_masters_exact():
+    import tfinit.mixed_precision as mp
+    from tfinit.caffe2 import to_keras
+
+    predict, params = nets.cnn(seed=3)
+    params = _unround(params)
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        model = to_keras(predict, params, (3, 8, 8))
+    assert _assert_masters_exact(model, _cnn_expected(model, params)) == 4

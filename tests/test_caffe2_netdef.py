@@ -127,3 +127,17 @@ def test_fuzz_truncated_and_bit_flipped_files_raise_value_error_only(name):
     # between two ops, or a flip inside a float value, still decodes).
     assert outcomes["ValueError"] > 300, outcomes
     assert outcomes["decoded"] > 0, outcomes
+
+
+def test_an_empty_file_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "init_net.pb"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"init_net.pb is empty \(0 bytes\); expected a "
+                                         r"serialized Caffe2 NetDef"):
+        read_netdef(path)
+    with pytest.raises(ValueError, match="the given bytes is empty"):
+        read_netdef(b"")
+    text = tmp_path / "predict_net.pbtxt"
+    text.write_text("  \n")
+    with pytest.raises(ValueError, match="predict_net.pbtxt is empty"):
+        read_netdef(text)

@@ -55,7 +55,7 @@ def test_every_op_matches_real_caffe2_bit_for_bit(case):
 
 
 def test_fixtures_hold_the_shared_reference_samples():
-    # The two samples of shared/reference/caffe2/seeded_samples.npz, regenerated.
+    # The two samples of tests/data/seeded_samples.npz, regenerated.
     names = {c["name"] for c in CAFFE2_META["cases"]}
     assert {"UniformFill_seed20262_7x5", "GaussianFill_seed20256_7x5"} <= names
 

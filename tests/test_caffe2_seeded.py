@@ -16,17 +16,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from caffe2_nets import SHARED  # noqa: E402
 from tfinit.caffe2 import NetDef, Operator, fill, load_init_net  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def _shared_samples():
-    folder = SHARED / "reference" / "caffe2"
-    assert folder.is_dir(), f"Caffe2 reference facts not found at {folder}"
-    cases = json.loads((folder / "seeded_samples.json").read_text())["cases"]
-    values = np.load(folder / "seeded_samples.npz", allow_pickle=False)
+    # Two fills that real Caffe2 ran with a per-op seed (UniformFill, GaussianFill 7x5).
+    cases = json.loads((DATA / "seeded_samples.json").read_text())["cases"]
+    values = np.load(DATA / "seeded_samples.npz", allow_pickle=False)
     return [(case, values[case["name"]]) for case in cases]
 
 
@@ -51,7 +49,7 @@ def test_seeded_init_net_replays_bit_exactly_as_caffe2_ran_it():
     for name in expected.files:
         assert blobs[name].dtype == expected[name].dtype, name
         np.testing.assert_array_equal(blobs[name], expected[name], err_msg=name)
-    # The net-level seed goes to every op: same-shaped fills come out identical (FACTS.md).
+    # The net-level seed goes to every op: same-shaped fills come out identical.
     np.testing.assert_array_equal(blobs["u1"], blobs["u2"])
 
 

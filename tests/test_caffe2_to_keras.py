@@ -90,25 +90,26 @@ def test_saved_model_reloads_without_tfinit(tmp_path):
 
 def test_unsupported_ops_are_listed():
     predict, params = nets.cnn()
-    predict.ops.insert(2, Operator("LRN", ("bn1",), ("bn1",)))
+    predict.ops.insert(2, Operator("Im2Col", ("bn1",), ("bn1",)))
     predict.ops.append(Operator("ArgMax", ("prob",), ("label",)))
-    with pytest.raises(ValueError, match=r"unsupported Caffe2 op\(s\): LRN \(op #2\), "
+    with pytest.raises(ValueError, match=r"unsupported Caffe2 op\(s\): Im2Col \(op #2\), "
                                          r"ArgMax \(op #7\); supported: .*SpatialBN"):
         to_keras(predict, params, (3, 8, 8))
 
 
 @pytest.mark.parametrize("change, text", [
-    (lambda net: net.ops[0].args.update(order="NHWC"), "unsupported order"),
+    (lambda net: net.ops[0].args.update(order="NCWH"), "unsupported order 'NCWH'"),
+    (lambda net: net.ops[3].args.update(order="NHWC"), "mixes NCHW and NHWC"),
     (lambda net: net.ops[1].args.update(is_test=0), "training mode"),
     (lambda net: net.ops[3].args.update(legacy_pad=2), "unsupported legacy_pad"),
-    (lambda net: net.ops[5].args.update(axis=0), "unsupported Softmax other than"),
+    (lambda net: net.ops[5].args.update(axis=0), "unsupported Softmax over axis 0"),
     (lambda net: net.ops.__setitem__(0, Operator("Conv", ("data", "nope_w"), ("conv1",))),
      "'nope_w', which the init net does not hold"),
 ])
 def test_unsupported_arguments_name_the_op(change, text):
     predict, params = nets.cnn()
     change(predict)
-    with pytest.raises(ValueError, match="to_keras: op #") as info:
+    with pytest.raises(ValueError, match="to_keras: ") as info:
         to_keras(predict, params, (3, 8, 8))
     assert text in str(info.value)
 
@@ -122,14 +123,21 @@ def test_bad_inputs_and_outputs():
     with pytest.raises(ValueError, match=r"output blob\(s\) \['nope'\]"):
         to_keras(predict, params, (3, 8, 8), outputs=["nope"])
     two_inputs = NetDef(ops=[Operator("Sum", ("a", "b"), ("c",))], external_output=["c"])
-    with pytest.raises(ValueError, match=r"exactly one data input, found \['a', 'b'\]"):
+    with pytest.raises(ValueError, match=r"must be a mapping \{blob: shape\}: the net reads "
+                                         r"2 data inputs \['a', 'b'\]"):
         to_keras(two_inputs, {}, (4,))
+    with pytest.raises(ValueError, match=r"missing \['b'\]"):
+        to_keras(two_inputs, {}, {"a": (4,)})
+    model = to_keras(two_inputs, {}, {"a": (4,), "b": (4,)})
+    x = np.ones((2, 4), np.float32)
+    _close(model([x, 2 * x]), 3 * x)
 
 
-def test_converted_ops_are_brews_common_ops():
+def test_converted_ops_are_brews_common_ops_and_those_of_caffe2s_model_code():
     assert converted_ops() == sorted([
         "FC", "Conv", "SpatialBN", "Relu", "Sigmoid", "Tanh", "MaxPool", "AveragePool",
-        "Softmax", "Dropout", "Concat", "Sum", "Add", "Flatten", "Reshape"])
+        "Softmax", "Dropout", "Concat", "Sum", "Add", "Flatten", "Reshape", "LRN",
+        "ChannelShuffle", "Split", "RecurrentNetwork"])
 
 
 @pytest.mark.parametrize("name", ["cnn", "branchy", "pools"])

@@ -85,7 +85,8 @@ def _convert(args):
     from tfinit.caffe2 import _cli
 
     return _cli.convert(
-        args.init_net, args.predict_net, args.output, args.input_shape, error=UsageError
+        args.init_net, args.predict_net, args.output, args.input_shape, error=UsageError,
+        input_format=args.input_format, check=args.check, rtol=args.rtol,
     )
 
 
@@ -142,8 +143,25 @@ def build_parser():
     convert.add_argument("output", help="the .keras file to write")
     convert.add_argument(
         "--input-shape",
-        required=True,
-        help="Caffe2's per-example input shape, e.g. 3,224,224 (C,H,W)",
+        action="append",
+        help="per-example input shape, e.g. 3,224,224 (C,H,W); NAME=2,26 once per data "
+        "input for a net with several (optional with --check: the file's inputs give it)",
+    )
+    convert.add_argument(
+        "--input-format",
+        choices=["channels_first", "channels_last"],
+        default=None,
+        help="layout of the model's image inputs/outputs (default: the net's order)",
+    )
+    convert.add_argument(
+        "--check",
+        metavar="FORWARD.npz",
+        default=None,
+        help="run the model on the file's input/<blob> arrays and compare every blob/<blob> "
+        "(max abs/rel error); exit status 1 when one diverges",
+    )
+    convert.add_argument(
+        "--rtol", type=_positive(float), default=1e-4, help="relative tolerance (default 1e-4)"
     )
     convert.set_defaults(run=_convert)
 

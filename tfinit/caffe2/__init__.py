@@ -3,7 +3,10 @@
 ``read_netdef`` decodes ``init_net.pb`` / ``predict_net.pb``; ``fill`` runs one Caffe2
 fill operator and ``load_init_net`` replays an init net, both on tfinit's fills;
 ``load_into_keras`` assigns Caffe2 parameters to Keras layers (layout converted) and
-``to_keras`` builds a Keras model from a predict net.
+``to_keras`` builds a Keras model from a predict net; ``check_forward`` compares it blob by
+blob with what Caffe2 computed. Importing this package registers tfinit's Keras layers
+(``tfinit>Caffe2LSTM`` etc.) so ``.keras`` files of converted models load. It does not
+import TensorFlow itself.
 """
 
 from tfinit.caffe2._netdef import DeviceOption, NetDef, Operator, read_netdef
@@ -12,8 +15,28 @@ from tfinit.caffe2._fill import supported_ops as replayed_ops
 from tfinit.caffe2._keras import LoadReport, load_into_keras
 from tfinit.caffe2._to_keras import supported_ops as converted_ops
 from tfinit.caffe2._to_keras import to_keras
+from tfinit.caffe2._check import BlobCheck, CheckReport, check_forward
+from tfinit.caffe2._layers import (
+    Caffe2ChannelShuffle,
+    Caffe2LRN,
+    Caffe2Pooling2D,
+    Caffe2Reshape,
+    Caffe2ShapeInfo,
+    Caffe2Split,
+)
+from tfinit.caffe2._lstm import Caffe2LSTM
 
 __all__ = [
+    "BlobCheck",
+    "Caffe2ChannelShuffle",
+    "Caffe2LRN",
+    "Caffe2LSTM",
+    "Caffe2Pooling2D",
+    "Caffe2Reshape",
+    "Caffe2ShapeInfo",
+    "Caffe2Split",
+    "CheckReport",
+    "check_forward",
     "DATA_TYPES",
     "DeviceOption",
     "LoadReport",

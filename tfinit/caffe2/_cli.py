@@ -72,27 +72,64 @@ def inspect(path, seed=None, init_net=None, error=ValueError):
     return 0
 
 
-def convert(init_net, predict_net, output, input_shape, error=ValueError):
-    """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras)."""
-    try:
-        shape = tuple(int(d) for d in input_shape.split(","))
-    except ValueError:
-        raise error(f"--input-shape must be comma-separated ints such as 3,224,224, "
-                    f"got {input_shape!r}") from None
+def parse_input_shape(values):
+    """``--input-shape`` values: ``3,224,224`` (one data input) or ``NAME=D1,D2`` each
+    (a net with several; ``NAME=`` is a per-example scalar). None when not given."""
+    if not values:
+        return None
+    named = {}
+    for value in values:
+        name, sep, dims = value.rpartition("=") if "=" in value else ("", "", value)
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            raise ValueError(f"--input-shape must be comma-separated ints such as 3,224,224 "
+                             f"(or NAME=2,26 per data input), got {value!r}") from None
+        if not sep:
+            if len(values) > 1:
+                raise ValueError("--input-shape given more than once needs NAME=dims each")
+            return shape
+        named[name] = shape
+    return named
+
+
+def convert(init_net, predict_net, output, input_shape, error=ValueError, input_format=None,
+            check=None, rtol=1e-4):
+    """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras).
+
+    ``check``: a forward ``.npz`` (``input/``, ``blob/`` keys): the model is also checked
+    blob by blob (:func:`check_forward`); returns 1 when a blob diverges, else 0.
+    """
     if not str(output).endswith(".keras"):
         raise error(f"the output file must end in .keras, got {output!r}")
+    try:
+        shape = parse_input_shape(input_shape)
+    except ValueError as err:
+        raise error(str(err)) from None
+    from tfinit.caffe2._check import check_forward, reference_input_shape
     from tfinit.caffe2._to_keras import to_keras
 
     try:
-        model = to_keras(predict_net, init_net, shape)
+        if shape is None:
+            if check is None:
+                raise ValueError("--input-shape is required (or --check FILE.npz, whose "
+                                 "inputs give the shapes)")
+            shape = reference_input_shape(predict_net, check, input_format)
+        model = to_keras(predict_net, init_net, shape, input_format=input_format)
         model.save(output)
+        report = None if check is None else check_forward(
+            predict_net, init_net, check, input_format=input_format, rtol=rtol)
     except _USER_ERRORS as err:
         raise error(str(err).splitlines()[0]) from None
     print(f"wrote {output}: {len(model.layers)} layers, {model.count_params()} parameters, "
           f"input {model.input_shape}, output {model.output_shape}")
-    from tfinit.caffe2._layers import Caffe2Pooling2D
-
-    if any(isinstance(layer, Caffe2Pooling2D) for layer in model.layers):
-        print("note: it uses tfinit's Caffe2Pooling2D layer: `import tfinit.caffe2` before "
-              "keras.saving.load_model")
-    return 0
+    custom = sorted({type(layer).__name__ for layer in model.layers
+                     if type(layer).__module__.startswith("tfinit.")})
+    if custom:
+        print(f"note: it uses tfinit's {', '.join(custom)} layer(s): `import tfinit.caffe2` "
+              "before keras.saving.load_model")
+    if report is None:
+        return 0
+    print(f"check against {check}:")
+    print(report)
+    return 0 if report.ok else 1

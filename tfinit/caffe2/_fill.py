@@ -1,6 +1,6 @@
 """Caffe2 fill operators replayed with tfinit's fills: ``fill`` and ``load_init_net``.
 
-Arguments follow Caffe2's conventions (``shared/reference/caffe2/FACTS.md``): every
+Arguments follow Caffe2's conventions (docs/caffe2-semantics.md): every
 argument goes through Caffe2's ``Argument`` message, so Python floats pass through
 float32 and an op reads only the field of its type (``min=0`` is an int, not the
 float UniformFill wants). Shapes follow ``FillerOp``: a ``shape`` list, or the shape

@@ -1,14 +1,18 @@
 """Caffe2 parameters into Keras layers: ``load_into_keras``.
 
 Caffe2 names a layer's parameters ``<prefix>_w`` / ``<prefix>_b`` (SpatialBN:
-``_s``, ``_b``, ``_rm``, ``_riv``) and stores them in its own layouts; FACTS.md,
-"Keras import layout", gives the conversions used here:
+``_s``, ``_b``, ``_rm``, ``_riv``) and stores them in its own layouts (docs/caffe2-ops.md,
+"Weights in Keras"):
 
 * FC ``[out, in]`` -> Dense kernel ``W.T``;
 * conv OIHW (any spatial rank) -> Keras ``(*spatial, in, out)``: ``W.transpose(2, 3, 1, 0)``;
 * an FC reading a conv output that Keras flattened channels-last gets its columns
   reordered from Caffe2's C,H,W flatten order to H,W,C;
-* BatchNormalization gamma/beta/moving_mean/moving_variance = ``_s``/``_b``/``_rm``/``_riv``.
+* BatchNormalization gamma/beta/moving_mean/moving_variance = ``_s``/``_b``/``_rm``/``_riv``;
+* tfinit's Caffe2LSTM recurrent_kernel = the step FC weight ``[4H, H]`` transposed.
+
+Values are assigned as the float32 arrays they are: a 16-bit variable with an fp32
+master (tfinit's mixed-precision scopes) gets the master set exactly.
 """
 
 import dataclasses
@@ -21,6 +25,7 @@ import numpy as np
 
 from tfinit import _fans
 from tfinit.caffe2._fill import load_init_net
+from tfinit.caffe2._lstm import Caffe2LSTM
 
 _CONV = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
 _SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
@@ -28,7 +33,9 @@ _SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
     (_CONV, (("kernel", "_w"), ("bias", "_b"))),
     ((keras.layers.BatchNormalization,),
      (("gamma", "_s"), ("beta", "_b"), ("moving_mean", "_rm"), ("moving_variance", "_riv"))),
+    ((Caffe2LSTM,), (("recurrent_kernel", "_w"), ("bias", "_b"))),
 )
+_FC_WEIGHTS = {keras.layers.Dense: "kernel", Caffe2LSTM: "recurrent_kernel"}
 
 
 @dataclasses.dataclass
@@ -182,12 +189,14 @@ def _blob_names(layer, slots, name_map):
 
 
 def _convert(layer, attr, value, flattened_from):
-    if attr != "kernel":
+    fc_weight = next((a for cls, a in _FC_WEIGHTS.items() if isinstance(layer, cls)), None)
+    if attr != "kernel" and attr != fc_weight:
         return value
-    if isinstance(layer, keras.layers.Dense):
+    if fc_weight is not None:
         if value.ndim != 2:
             raise ValueError(
-                f"load_into_keras: Dense layer '{layer.name}' needs a 2-D Caffe2 FC weight "
+                f"load_into_keras: {type(layer).__name__} layer '{layer.name}' needs a 2-D "
+                f"Caffe2 FC weight "
                 f"[out, in], got shape {value.shape}."
             )
         if flattened_from is not None and math.prod(flattened_from) != value.shape[1]:
@@ -203,6 +212,15 @@ def _convert(layer, attr, value, flattened_from):
             f"conv weight (out, in, *kernel), got shape {value.shape}."
         )
     return conv_kernel(value)
+
+
+def _exact(value, variable):
+    """The value to assign: float32 as Caffe2 holds it, never rounded to the variable's
+    16-bit dtype here (a variable with an fp32 master sets the master from it exactly)."""
+    dtype = keras.backend.standardize_dtype(variable.dtype)
+    if value.dtype.kind == "f" and dtype != "float64":
+        return np.asarray(value, dtype=np.float32)
+    return value
 
 
 def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=False):
@@ -280,7 +298,7 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
                     f"{tuple(value.shape)}) but the Keras weight has shape "
                     f"{tuple(variable.shape)}."
                 )
-            variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
+            variable.assign(_exact(value, variable))
             report.assigned[blob] = f"{layer.name}.{attr}"
     report.unused = [blob for blob in params if blob not in report.assigned]
     if strict and (report.unused or report.missing):

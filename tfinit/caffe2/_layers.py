@@ -1,8 +1,12 @@
 """Keras layers for Caffe2 semantics that Keras's built-in layers lack.
 
-Registered as ``"tfinit>Caffe2Pooling2D"``: a ``.keras`` file using it loads after
-``import tfinit.caffe2``.
+Each is registered as ``"tfinit>ClassName"`` (``Caffe2Pooling2D``, ``Caffe2ChannelShuffle``,
+``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``): a ``.keras`` file
+using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is used, so they run on
+any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
 """
+
+import math
 
 import keras
 
@@ -50,3 +54,180 @@ class Caffe2Pooling2D(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "mode": self.mode, "pool_size": self.pool_size,
                 "strides": self.strides, "pads": self.pads}
+
+
+def _ints(values):
+    return tuple(int(v) for v in values)
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2ChannelShuffle(keras.layers.Layer):
+    """Caffe2's ChannelShuffle on the channel axis (last by default).
+
+    The C channels are viewed as ``(group, C / group)``, transposed and flattened back:
+    output channel ``i * group + j`` is input channel ``j * (C / group) + i``.
+    """
+
+    def __init__(self, group, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        self.group, self.axis = int(group), int(axis)
+        if self.group <= 0:
+            raise ValueError(f"Argument `group` must be a positive int. Received: group={group}")
+
+    def build(self, input_shape):
+        channels = input_shape[self.axis]
+        if channels is not None and channels % self.group:
+            raise ValueError(f"Caffe2ChannelShuffle: {channels} channels do not split into "
+                             f"group={self.group} equal parts.")
+
+    def call(self, x):
+        rank = len(x.shape)
+        axis = self.axis % rank
+        channels = x.shape[axis]
+        shape = keras.ops.shape(x)
+        split = (*shape[:axis], self.group, channels // self.group, *shape[axis + 1:])
+        y = keras.ops.reshape(x, split)
+        perm = list(range(rank + 1))
+        perm[axis], perm[axis + 1] = perm[axis + 1], perm[axis]
+        return keras.ops.reshape(keras.ops.transpose(y, perm), shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "group": self.group, "axis": self.axis}
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2Split(keras.layers.Layer):
+    """Caffe2's Split: consecutive slices of ``sizes`` along ``axis`` (a list of tensors)."""
+
+    def __init__(self, sizes, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        self.sizes, self.axis = _ints(sizes), int(axis)
+
+    def call(self, x):
+        axis = self.axis % len(x.shape)
+        outputs, start = [], 0
+        for size in self.sizes:
+            index = [slice(None)] * len(x.shape)
+            index[axis] = slice(start, start + size)
+            outputs.append(x[tuple(index)])
+            start += size
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        axis = self.axis % len(input_shape)
+        return [tuple(size if k == axis else d for k, d in enumerate(input_shape))
+                for size in self.sizes]
+
+    def get_config(self):
+        return {**super().get_config(), "sizes": self.sizes, "axis": self.axis}
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2LRN(keras.layers.Layer):
+    """Caffe2's LRN (local response normalization across channels).
+
+    ``scale = bias + alpha / size * sum(x[c']^2 for c' in c - (size-1)/2 .. c + (size-1)/2)``
+    (channels outside ``0..C-1`` count as 0) and ``y = x * scale ** -beta``. ``size`` is
+    odd. ``return_scale=True`` returns ``[y, scale]`` (the op's optional second output).
+    """
+
+    def __init__(self, size, alpha=0.0, beta=0.0, bias=1.0, axis=-1, return_scale=False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.size = int(size)
+        if self.size <= 0 or self.size % 2 == 0:
+            raise ValueError(f"Argument `size` must be a positive odd int. Received: size={size}")
+        self.alpha, self.beta, self.bias = float(alpha), float(beta), float(bias)
+        self.axis, self.return_scale = int(axis), bool(return_scale)
+
+    def call(self, x):
+        rank = len(x.shape)
+        axis = self.axis % rank
+        half = (self.size - 1) // 2
+        pads = [(0, 0)] * rank
+        pads[axis] = (half, half)
+        squares = keras.ops.pad(keras.ops.square(x), pads)
+        channels = x.shape[axis]
+        total = 0.0
+        for k in range(self.size):
+            index = [slice(None)] * rank
+            index[axis] = slice(k, k + channels)
+            total = total + squares[tuple(index)]
+        scale = self.bias + (self.alpha / self.size) * total
+        y = x * keras.ops.power(scale, -self.beta)
+        return [y, scale] if self.return_scale else y
+
+    def compute_output_shape(self, input_shape):
+        return [input_shape, input_shape] if self.return_scale else input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "size": self.size, "alpha": self.alpha,
+                "beta": self.beta, "bias": self.bias, "axis": self.axis,
+                "return_scale": self.return_scale}
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2ShapeInfo(keras.layers.Layer):
+    """A shape blob Caffe2 writes beside a result: Concat's ``split_info`` (int32 sizes of
+    its inputs along the axis) or Reshape's ``old_shape`` (int64).
+
+    ``values`` are known when the model is built; ``batch_index`` names the entry that is
+    the batch size, read from the input at run time (None: all entries are constant).
+    """
+
+    def __init__(self, values, dtype_name="int32", batch_index=None, **kwargs):
+        super().__init__(**kwargs)
+        self.values = _ints(values)
+        self.dtype_name = str(dtype_name)
+        self.batch_index = None if batch_index is None else int(batch_index)
+
+    def call(self, x):
+        values = keras.ops.convert_to_tensor(self.values, dtype=self.dtype_name)
+        if self.batch_index is None:
+            return values
+        batch = keras.ops.cast(keras.ops.shape(x)[0], self.dtype_name)
+        one_hot = keras.ops.one_hot(self.batch_index, len(self.values), dtype=self.dtype_name)
+        return values * (1 - one_hot) + batch * one_hot
+
+    def compute_output_shape(self, input_shape):
+        return (len(self.values),)
+
+    def compute_output_spec(self, x):
+        return keras.KerasTensor((len(self.values),), dtype=self.dtype_name)
+
+    def get_config(self):
+        return {**super().get_config(), "values": self.values, "dtype_name": self.dtype_name,
+                "batch_index": self.batch_index}
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2Reshape(keras.layers.Layer):
+    """Caffe2's Reshape when it moves the batch axis (e.g. ``[T, N, D]`` to ``[-1, D]``).
+
+    ``shape`` is Caffe2's: ``0`` copies the input's dimension, one ``-1`` is inferred.
+    """
+
+    def __init__(self, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.shape = _ints(shape)
+
+    def _target(self, dims):
+        return [dims[k] if v == 0 else v for k, v in enumerate(self.shape)]
+
+    def call(self, x):
+        return keras.ops.reshape(x, self._target(keras.ops.shape(x)))
+
+    def compute_output_shape(self, input_shape):
+        target = self._target(input_shape)
+        if None in target or -1 not in target:
+            return tuple(None if v == -1 else v for v in target)
+        known = math.prod(d for d in input_shape if d is not None)
+        if None in input_shape:
+            return tuple(None if v == -1 else v for v in target)
+        return tuple(known // -math.prod(target) if v == -1 else v for v in target)
+
+    def get_config(self):
+        return {**super().get_config(), "shape": self.shape}

@@ -45,7 +45,7 @@ _SCALARS = {
     "bool": _T.TYPE_BOOL,
 }
 
-# Caffe2's caffe2.proto field numbers (shared/reference/caffe2/models/caffe2_proto_fields.json).
+# Caffe2's caffe2.proto field numbers (a copy: tests/data/models/caffe2_proto_fields.json).
 # Unparsed sub-messages are "bytes".
 _FIELDS = {
     "NetDef": [
@@ -174,7 +174,8 @@ class NetDef:
 def read_netdef(source):
     """A :class:`NetDef` from a ``.pb`` path, ``.pbtxt`` path, bytes, or a NetDef.
 
-    Malformed input (truncated, corrupted, not a NetDef) raises ``ValueError``. A NetDef
+    Empty or malformed input (0 bytes, truncated, corrupted, not a NetDef) raises
+    ``ValueError`` naming the file. A NetDef
     built in Python comes back with its arguments typed as Caffe2 stores them.
     """
     if isinstance(source, NetDef):
@@ -193,6 +194,9 @@ def read_netdef(source):
             "read_netdef: expected a path, bytes or a NetDef, got "
             f"{type(source).__name__}."
         )
+    if not (data.strip() if text else data):
+        raise ValueError(f"read_netdef: {where} is empty ({len(data)} bytes); expected a "
+                         "serialized Caffe2 NetDef (init_net.pb / predict_net.pb).")
     net = _PB["NetDef"]()
     try:
         if text:

@@ -1,0 +1,182 @@
+"""Check a conversion blob by blob against what Caffe2 computed: ``check_forward``.
+
+The reference is an ``.npz`` of ``input/<blob>`` (what was fed to Caffe2) and
+``blob/<blob>`` (what the predict net wrote; an in-place blob holds its last value),
+optionally ``param/<blob>`` (the init net's values). The converted model is run on the
+inputs and every stored blob it computes is compared, in the order the net writes them.
+"""
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from tfinit.caffe2._fill import load_init_net
+from tfinit.caffe2._netdef import read_netdef
+from tfinit.caffe2._ops import TO_NCHW, TO_NHWC
+from tfinit.caffe2._to_keras import build, data_inputs, model_of, net_layout
+
+
+
+@dataclasses.dataclass
+class BlobCheck:
+    """One blob: ``max_abs = max|y - y_caffe2|``, ``max_rel = max_abs / max|y_caffe2|``."""
+
+    blob: str
+    shape: tuple
+    max_abs: float
+    max_rel: float
+    atol: float
+    ok: bool
+    op: str = ""  # "op #k Type", the op that last wrote the blob
+    note: str = ""
+
+
+@dataclasses.dataclass
+class CheckReport:
+    """Every stored blob checked (net order) and those the model does not compute."""
+
+    blobs: list
+    skipped: dict  # blob -> why it was not compared
+    rtol: float
+
+    @property
+    def ok(self):
+        return all(check.ok for check in self.blobs)
+
+    @property
+    def first_divergent(self):
+        """The first blob (in net order) past the tolerance, or None."""
+        return next((check for check in self.blobs if not check.ok), None)
+
+    def __str__(self):
+        width = max([len(c.blob) for c in self.blobs] + [4])
+        lines = [f"{'blob':<{width}}  {'shape':<18} {'max_abs':>10} {'max_rel':>10} "
+                 f"{'atol':>9}  result"]
+        for c in self.blobs:
+            shape = "x".join(str(d) for d in c.shape) or "scalar"
+            lines.append(f"{c.blob:<{width}}  {shape:<18} {c.max_abs:>10.3g} "
+                         f"{c.max_rel:>10.3g} {c.atol:>9.2g}  "
+                         f"{'ok' if c.ok else 'DIVERGES'}{' ' + c.note if c.note else ''}")
+        for blob, why in self.skipped.items():
+            lines.append(f"{blob:<{width}}  not compared: {why}")
+        first = self.first_divergent
+        if first is None:
+            lines.append(f"all {len(self.blobs)} blobs match Caffe2 (rtol {self.rtol:g}, "
+                         "atol max(1e-5, 1e-4 * max|y|) unless given)")
+        else:
+            bad = sum(not c.ok for c in self.blobs)
+            lines.append(f"{bad} of {len(self.blobs)} blobs diverge; the first is "
+                         f"'{first.blob}' ({first.op})")
+        return "\n".join(lines)
+
+
+def _load_reference(forward):
+    if isinstance(forward, Mapping):
+        return dict(forward), "the given mapping"
+    path = os.fspath(forward)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}, path
+    except (OSError, ValueError) as err:
+        raise ValueError(f"check_forward: cannot read '{path}' as an .npz of Caffe2 blobs "
+                         f"({err}).") from None
+
+
+def _to_layout(array, source, target):
+    if array.ndim != 4 or source == target:
+        return array
+    return array.transpose(0, *(TO_NHWC if target == "NHWC" else TO_NCHW))
+
+
+def _compare(blob, actual, expected, rtol, atol):
+    if actual.shape != expected.shape:
+        return BlobCheck(blob, expected.shape, float("inf"), float("inf"), 0.0, False,
+                         note=f"shape {list(actual.shape)} != Caffe2's {list(expected.shape)}")
+    if expected.dtype.kind in "iub":
+        diff = np.abs(actual.astype(np.int64) - expected.astype(np.int64))
+        max_abs = float(diff.max()) if diff.size else 0.0
+        return BlobCheck(blob, expected.shape, max_abs, max_abs, 0.0, max_abs == 0)
+    expected64, actual64 = expected.astype(np.float64), actual.astype(np.float64)
+    scale = float(np.abs(expected64).max()) if expected.size else 0.0
+    tol = max(1e-5, 1e-4 * scale) if atol is None else float(atol)
+    diff = np.abs(actual64 - expected64)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    ok = bool(np.all(diff <= tol + rtol * np.abs(expected64)))
+    return BlobCheck(blob, expected.shape, max_abs, max_abs / scale if scale else max_abs,
+                     tol, ok)
+
+
+def _feeds(net, reference, where, input_format):
+    data = data_inputs(net)
+    missing = [blob for blob in data if f"input/{blob}" not in reference]
+    if missing:
+        raise ValueError(f"check_forward: {where} holds no input/<blob> for the data "
+                         f"input(s) {missing} of the net.")
+    layout = net_layout(net)
+    target = {"channels_first": "NCHW", "channels_last": "NHWC"}.get(input_format, layout)
+    feeds = {blob: _to_layout(np.asarray(reference[f"input/{blob}"]), layout, target)
+             for blob in data}
+    return feeds, layout, target
+
+
+def reference_input_shape(predict_net, forward, input_format=None):
+    """The ``input_shape`` for :func:`to_keras` that a reference file's inputs have."""
+    reference, where = _load_reference(forward)
+    feeds = _feeds(read_netdef(predict_net), reference, where, input_format)[0]
+    return {blob: array.shape[1:] for blob, array in feeds.items()}
+
+
+def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, atol=None):
+    """Run the converted net on a reference file's inputs; compare every stored blob.
+
+    Args:
+        predict_net: path, bytes or NetDef.
+        init_net: path, bytes, NetDef or ``{blob: array}``; None takes the file's
+            ``param/<blob>`` values.
+        forward: path of the ``.npz`` (or a mapping with its keys).
+        input_format: as in :func:`to_keras` (inputs and blobs are moved to it).
+        rtol, atol: the tolerance; ``atol=None`` is ``max(1e-5, 1e-4 * max|y|)`` per blob.
+
+    Returns:
+        A :class:`CheckReport`; ``report.ok`` is False past the tolerance and
+        ``report.first_divergent`` names the first blob that diverges.
+
+    Raises:
+        ValueError: an unreadable file, a data input it lacks, or a net ``to_keras``
+            cannot convert.
+
+    Example::
+
+        report = check_forward("predict_net.pb", "init_net.pb", "forward.npz")
+        print(report)
+    """
+    reference, where = _load_reference(forward)
+    net = read_netdef(predict_net)
+    if init_net is None:
+        params = {k[6:]: v for k, v in reference.items() if k.startswith("param/")}
+    else:
+        params = init_net if isinstance(init_net, Mapping) else load_init_net(init_net)
+    feeds, layout, target = _feeds(net, reference, where, input_format)
+    b = build(net, params, {blob: array.shape[1:] for blob, array in feeds.items()},
+              input_format)
+    stored = [key[5:] for key in reference if key.startswith("blob/")]
+    compared = sorted((blob for blob in stored if blob in b.blobs), key=lambda x: b.writer[x])
+    skipped = {blob: b.opaque.get(blob, "the converted net does not write it")
+               for blob in stored if blob not in b.blobs}
+    if not compared:
+        raise ValueError(f"check_forward: none of the blobs in {where} is computed by the "
+                         f"converted net (it holds {stored}).")
+    model = model_of(b, net, compared)
+    arrays = [feeds[blob] for blob, _ in b.inputs]
+    outs = model(arrays if len(arrays) > 1 else arrays[0])
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    checks = []
+    for blob, out in zip(compared, outs):
+        actual = _to_layout(np.asarray(out), target, layout)
+        check = _compare(blob, actual, np.asarray(reference[f"blob/{blob}"]), rtol, atol)
+        k = b.writer[blob]
+        check.op = f"op #{k} {net.ops[k].type}"
+        checks.append(check)
+    return CheckReport(checks, skipped, rtol)

@@ -1,0 +1,434 @@
+"""Caffe2 predict-net operators as Keras layers: one handler per op type.
+
+Inside the model every 4-D tensor is NHWC (TensorFlow's CPU kernels are NHWC-only);
+``Builder.layout`` is the Caffe2 layout of the net's 4-D blobs (its ``order``), and a
+Permute is added only where a Caffe2 op's result depends on the layout (Flatten,
+Reshape, FC/Softmax over trailing axes of an NCHW blob). The op semantics matched are
+written down, with their numbers, in docs/caffe2-ops.md.
+"""
+
+import math
+import re
+
+import keras
+import numpy as np
+
+from tfinit.caffe2._layers import (
+    Caffe2ChannelShuffle,
+    Caffe2LRN,
+    Caffe2Pooling2D,
+    Caffe2Reshape,
+    Caffe2ShapeInfo,
+    Caffe2Split,
+)
+
+NCHW, NHWC = "NCHW", "NHWC"
+TO_NHWC, TO_NCHW = (2, 3, 1), (3, 1, 2)  # Permute dims (batch excluded)
+_NCHW_TO_INTERNAL = {0: 0, 1: 3, 2: 1, 3: 2}
+_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+# Ops whose `order` decides the layout of the tensors they read and write.
+LAYOUT_OPS = ("Conv", "MaxPool", "AveragePool", "SpatialBN", "LRN", "ChannelShuffle")
+
+
+class Unsupported(ValueError):
+    """An op or argument to_keras does not convert (the message completes 'unsupported')."""
+
+
+def op_order(op):
+    """The op's ``order`` argument as ``"NCHW"``/``"NHWC"`` (Caffe2's default NCHW)."""
+    order = op.args.get("order", b"NCHW")
+    order = order.decode() if isinstance(order, bytes) else str(order)
+    if order not in (NCHW, NHWC):
+        raise Unsupported(f"order {order!r} (NCHW and NHWC are)")
+    return order
+
+
+class Builder:
+    """The state of one conversion: Caffe2 blob -> Keras tensor, layer names, routes."""
+
+    def __init__(self, params, layout):
+        self.params = dict(params)  # NHWC conv weights are replaced by their OIHW form
+        self.layout = layout
+        self.blobs = {}  # Caffe2 blob -> Keras tensor (4-D kept NHWC)
+        self.writer = {}  # blob -> index of the op that last wrote it
+        self.inputs = []  # (data input blob, keras.Input)
+        self.constants = {}  # blob -> value known when converting (split_info, params)
+        self.opaque = {}  # blob -> why it holds no tensor (RecurrentNetwork workspaces)
+        self.data_inputs = set()
+        self.input_shapes = {}  # data input -> the per-example shape the user gave
+        self.used_names = set()
+        self.routes = {}  # Keras layer -> {attribute: blob}
+        self.flattened = {}  # Dense layer -> (C, H, W) it reads, or None: no reorder
+        self.io_layout = layout  # the layout of the model's 4-D inputs and outputs
+
+    def input_hint(self, received):
+        """A hint for an image ``input_shape`` that looks given in the other layout."""
+        if len(received) != 3:
+            return ""
+        other = "channels_last" if self.io_layout == NCHW else "channels_first"
+        return f" (for {other} images pass input_format='{other}')"
+
+    def name(self, base):
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", base) or "layer"
+        name, k = base, 1
+        while name in self.used_names:
+            name, k = f"{base}_{k}", k + 1
+        self.used_names.add(name)
+        return name
+
+    def param(self, op, index):
+        if index >= len(op.inputs):
+            raise ValueError(f"{op.type} needs input {index} (a parameter blob); it has "
+                             f"{len(op.inputs)} inputs.")
+        blob = op.inputs[index]
+        if blob not in self.params:
+            raise ValueError(f"{op.type} reads parameter '{blob}', which the init net does "
+                             "not hold.")
+        return blob, np.asarray(self.params[blob])
+
+    def layer_name(self, op, weight_blob):
+        base = weight_blob[:-2] if weight_blob.endswith("_w") else op.outputs[0]
+        return self.name(base)
+
+    def check_order(self, op):
+        order = op_order(op)
+        if order != self.layout:
+            raise Unsupported(f"order {order} in a net whose other ops are {self.layout}")
+
+    def axis(self, op, x, default):
+        """The Keras axis of the Caffe2 axis ``op.args['axis']`` (or ``default``)."""
+        rank = len(x.shape)
+        axis = int(op.args.get("axis", default))
+        if not -rank <= axis < rank:
+            raise ValueError(f"axis={axis} is out of range for a {rank}-D blob")
+        axis %= rank
+        if rank == 4 and self.layout == NCHW:
+            axis = _NCHW_TO_INTERNAL[axis]
+        return axis
+
+    def order_axis(self, op):
+        """Caffe2's default channel axis from the op's order (Concat, Split)."""
+        return 1 if op_order(op) == NCHW else 3
+
+    def to_caffe2(self, tensor, base):
+        """``tensor`` in Caffe2's layout (a Permute for a 4-D blob of an NCHW net)."""
+        if len(tensor.shape) == 4 and self.layout == NCHW:
+            return keras.layers.Permute(TO_NCHW, name=self.name(base + "_nchw"))(tensor)
+        return tensor
+
+    def from_caffe2(self, tensor, base):
+        if len(tensor.shape) == 4 and self.layout == NCHW:
+            return keras.layers.Permute(TO_NHWC, name=self.name(base + "_nhwc"))(tensor)
+        return tensor
+
+    def caffe2_shape(self, tensor):
+        dims = list(tensor.shape)
+        if len(dims) == 4 and self.layout == NCHW:
+            dims = [dims[0], dims[3], dims[1], dims[2]]
+        return dims
+
+
+# ---------------------------------------------------------------- argument helpers
+
+
+def _ints(value):
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _pair(op, single, names, plural, default):
+    args = op.args
+    if args.get(plural) is not None:
+        values = _ints(args[plural])
+    elif any(n in args for n in names):
+        values = [int(args.get(n, default)) for n in names]
+    elif single in args:
+        values = [int(args[single])] * len(names)
+    else:
+        values = [default] * len(names)
+    if len(values) != len(names):
+        raise Unsupported(f"argument {plural}={values} (2-D ops take {len(names)} values)")
+    return tuple(values)
+
+
+def _window(op, kernel=None):
+    if kernel is None:
+        kernel = _pair(op, "kernel", ("kernel_h", "kernel_w"), "kernels", 0)
+    stride = _pair(op, "stride", ("stride_h", "stride_w"), "strides", 1)
+    dilation = _pair(op, "dilation", ("dilation_h", "dilation_w"), "dilations", 1)
+    pads = _pair(op, "pad", ("pad_t", "pad_l", "pad_b", "pad_r"), "pads", 0)
+    if op.args.get("legacy_pad", 3) != 3:
+        raise Unsupported("legacy_pad")
+    return kernel, stride, dilation, pads
+
+
+def _same_pads(size, kernel, stride):
+    """TensorFlow's SAME padding (before, after) for one spatial dimension."""
+    out = math.ceil(size / stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def _input_mismatch(b, op, blob, expected, x):
+    """Raise the error for a data input whose shape does not fit the op's weight."""
+    got = tuple(x.shape[1:])
+    if op.inputs[0] in b.data_inputs:
+        got = b.input_shapes[op.inputs[0]]
+        raise ValueError(f"Argument `input_shape` for '{op.inputs[0]}' must be {expected}, "
+                         f"as {op.type} reads it with weight '{blob}' of shape "
+                         f"{tuple(b.params[blob].shape)}. Received: input_shape={got}"
+                         + b.input_hint(got))
+    raise ValueError(f"its input '{op.inputs[0]}' has shape {got} (Keras layout); weight "
+                     f"'{blob}' of shape {tuple(b.params[blob].shape)} needs {expected}")
+
+
+# ---------------------------------------------------------------- op handlers
+
+
+def _fc(b, op, x):
+    if op.args.get("axis_w", 1) != 1:
+        raise Unsupported("FC with axis_w other than 1")
+    w_blob, w = b.param(op, 1)
+    bias_blob, _ = b.param(op, 2)
+    name = b.layer_name(op, w_blob)
+    rank = len(x.shape)
+    axis = int(op.args.get("axis", 1))
+    if not -rank < axis < rank or axis % rank == 0:
+        raise Unsupported(f"FC with axis={axis} on a {rank}-D blob")
+    axis %= rank
+    if w.ndim != 2:
+        raise ValueError(f"FC weight '{w_blob}' has shape {w.shape}; it must be [out, in].")
+    if axis == 1 and rank > 2:
+        dims = tuple(x.shape[1:])
+        x = keras.layers.Flatten(name=b.name(name + "_flatten"))(x)
+        if rank == 4:  # Keras flattens the internal NHWC tensor: H, W, C
+            b.flattened[name] = (dims[-1], *dims[:-1]) if b.layout == NCHW else None
+    elif axis > 1:
+        x = b.to_caffe2(x, name)
+        if axis < rank - 1:
+            lead, tail = tuple(x.shape[1:axis]), math.prod(x.shape[axis:])
+            x = keras.layers.Reshape((*lead, tail), name=b.name(name + "_flatten"))(x)
+        b.flattened[name] = None
+    if w.shape[1] != x.shape[-1]:
+        expected = f"{w.shape[1]} features from axis {axis} on"
+        _input_mismatch(b, op, w_blob, expected, x)
+    b.routes[name] = {"kernel": w_blob, "bias": bias_blob}
+    y = keras.layers.Dense(w.shape[0], name=name)(x)
+    return b.from_caffe2(y, name) if axis > 1 else y
+
+
+def _conv(b, op, x):
+    b.check_order(op)
+    w_blob, w = b.param(op, 1)
+    if w.ndim != 4:
+        raise Unsupported(f"Conv that is not 2-D (weight '{w_blob}' has shape {w.shape})")
+    if b.layout == NHWC:  # [O, kh, kw, I/g] -> [O, I/g, kh, kw], the form load_into_keras takes
+        w = w.transpose(0, 3, 1, 2)
+        b.params[w_blob] = w
+    group = int(op.args.get("group", 1))
+    channels = w.shape[1] * group
+    if len(x.shape) != 4 or x.shape[-1] != channels:
+        expected = (f"(C, H, W) with C = {channels}" if b.io_layout == NCHW
+                    else f"(H, W, C) with C = {channels}")
+        _input_mismatch(b, op, w_blob, expected, x)
+    kernel, stride, dilation, pads = _window(op, kernel=tuple(w.shape[2:]))
+    name = b.layer_name(op, w_blob)
+    if any(pads):
+        x = keras.layers.ZeroPadding2D(((pads[0], pads[2]), (pads[1], pads[3])),
+                                       name=b.name(name + "_pad"))(x)
+    layer = keras.layers.Conv2D(
+        w.shape[0], kernel, strides=stride, padding="valid", dilation_rate=dilation,
+        groups=group, use_bias=len(op.inputs) > 2, name=name,
+    )
+    b.routes[name] = {"kernel": w_blob}
+    if len(op.inputs) > 2:
+        b.routes[name]["bias"] = b.param(op, 2)[0]
+    return layer(x)
+
+
+def _spatial_bn(b, op, x):
+    b.check_order(op)
+    if not op.args.get("is_test", 0):
+        raise Unsupported("SpatialBN in training mode (is_test=0)")
+    blobs = [b.param(op, k)[0] for k in range(1, 5)]
+    name = b.layer_name(op, blobs[0][:-2] + "_w" if blobs[0].endswith("_s") else op.outputs[0])
+    b.routes[name] = dict(zip(("gamma", "beta", "moving_mean", "moving_variance"), blobs))
+    eps = float(op.args.get("epsilon", 1e-5))
+    return keras.layers.BatchNormalization(axis=-1, epsilon=eps, name=name)(x)
+
+
+def _pool(b, op, x):
+    b.check_order(op)
+    if len(x.shape) != 4:
+        raise Unsupported(f"{op.type} on a {len(x.shape)}-D blob")
+    name = b.name(op.outputs[0])
+    maximum = op.type == "MaxPool"
+    if op.args.get("global_pooling", 0):
+        cls = keras.layers.GlobalMaxPooling2D if maximum else keras.layers.GlobalAveragePooling2D
+        return cls(keepdims=True, name=name)(x)
+    kernel, stride, dilation, pads = _window(op)
+    if dilation != (1, 1) or 0 in kernel:
+        raise Unsupported(f"{op.type} with dilation {dilation} / kernel {kernel}")
+    if op.args.get("count_include_pad", 0):
+        raise Unsupported("AveragePool with count_include_pad=1")
+    cls = keras.layers.MaxPooling2D if maximum else keras.layers.AveragePooling2D
+    if not any(pads):
+        return cls(kernel, strides=stride, padding="valid", name=name)(x)
+    same = [_same_pads(x.shape[1 + k], kernel[k], stride[k]) for k in range(2)]
+    out = [(x.shape[1 + k] + pads[k] + pads[k + 2] - kernel[k]) // stride[k] + 1
+           for k in range(2)]
+    if [(pads[0], pads[2]), (pads[1], pads[3])] == same and out == [
+        math.ceil(x.shape[1 + k] / stride[k]) for k in range(2)
+    ]:
+        # TF SAME ignores padded cells, as Caffe2 does (max; average without count_include_pad)
+        return cls(kernel, strides=stride, padding="same", name=name)(x)
+    mode = "max" if maximum else "average"
+    return Caffe2Pooling2D(mode, kernel, stride, pads, name=name)(x)
+
+
+def _softmax(b, op, x):
+    rank = len(x.shape)
+    axis = int(op.args.get("axis", 1))
+    if not -rank < axis < rank or axis % rank == 0:
+        raise Unsupported(f"Softmax over axis {axis} of a {rank}-D blob (axis 0 is the batch)")
+    axis %= rank
+    name = b.name(op.outputs[0])
+    if rank == 2:
+        return keras.layers.Softmax(axis=-1, name=name)(x)
+    # Caffe2 flattens the axes from `axis` on into one and normalizes over it.
+    x = b.to_caffe2(x, name)
+    dims = tuple(x.shape[1:])
+    if axis < rank - 1:
+        x = keras.layers.Reshape((*dims[:axis - 1], math.prod(dims[axis - 1:])),
+                                 name=b.name(name + "_flatten"))(x)
+    y = keras.layers.Softmax(axis=-1, name=name)(x)
+    if axis < rank - 1:
+        y = keras.layers.Reshape(dims, name=b.name(name + "_unflatten"))(y)
+    return b.from_caffe2(y, name)
+
+
+def _activation(b, op, x):
+    return keras.layers.Activation(_ACTIVATIONS[op.type], name=b.name(op.outputs[0]))(x)
+
+
+def _dropout(b, op, x):
+    rate = float(op.args.get("ratio", 0.5))
+    return keras.layers.Dropout(rate, name=b.name(op.outputs[0]))(x)
+
+
+def _concat(b, op, *xs):
+    if op.args.get("add_axis", 0):
+        raise Unsupported("Concat with add_axis")
+    axis = b.axis(op, xs[0], b.order_axis(op))
+    if axis == 0:
+        raise Unsupported("Concat along the batch axis")
+    y = keras.layers.Concatenate(axis=axis, name=b.name(op.outputs[0]))(list(xs))
+    if len(op.outputs) < 2:
+        return y
+    sizes = np.asarray([x.shape[axis] for x in xs], np.int32)
+    b.constants[op.outputs[1]] = sizes
+    info = Caffe2ShapeInfo(sizes, "int32", name=b.name(op.outputs[1]))(y)
+    return y, info
+
+
+def _split(b, op, x, *rest):
+    axis = b.axis(op, x, b.order_axis(op))
+    if axis == 0 or op.args.get("add_axis", 0):
+        raise Unsupported("Split along the batch axis or with add_axis")
+    total, parts = x.shape[axis], len(op.outputs)
+    if len(op.inputs) > 1:
+        if op.args.get("split") is not None:
+            raise ValueError("takes the sizes from its second input or the `split` "
+                             "argument, not both")
+        known = {**b.params, **b.constants}
+        if op.inputs[1] not in known:
+            raise Unsupported(f"Split sizes from '{op.inputs[1]}', a blob computed at run time")
+        sizes = _ints(known[op.inputs[1]])
+    elif op.args.get("split") is not None:
+        sizes = _ints(op.args["split"])
+    else:
+        if total % parts:
+            raise ValueError(f"cannot split {total} entries along axis "
+                             f"{op.args.get('axis', b.order_axis(op))} into {parts} equal parts")
+        sizes = [total // parts] * parts
+    if len(sizes) != parts or sum(sizes) != total or min(sizes) < 0:
+        raise ValueError(f"split sizes {sizes} must be {parts} sizes (one per output) "
+                         f"adding up to {total}, the size of axis "
+                         f"{op.args.get('axis', b.order_axis(op))}")
+    outs = Caffe2Split(sizes, axis=axis, name=b.name(op.outputs[0] + "_split"))(x)
+    return tuple(outs)
+
+
+def _channel_shuffle(b, op, x):
+    b.check_order(op)
+    if len(x.shape) != 4:
+        raise Unsupported(f"ChannelShuffle on a {len(x.shape)}-D blob")
+    group = int(op.args.get("group", 1))
+    if group <= 0 or x.shape[-1] % group:
+        raise ValueError(f"group={group} must divide the {x.shape[-1]} channels")
+    return Caffe2ChannelShuffle(group, axis=-1, name=b.name(op.outputs[0]))(x)
+
+
+def _lrn(b, op, x):
+    b.check_order(op)
+    if len(x.shape) != 4:
+        raise Unsupported(f"LRN on a {len(x.shape)}-D blob")
+    size = int(op.args.get("size", 0))
+    if size <= 0 or size % 2 == 0:
+        raise ValueError(f"argument `size` must be a positive odd int. Received: size={size}")
+    layer = Caffe2LRN(size, alpha=float(op.args.get("alpha", 0.0)),
+                      beta=float(op.args.get("beta", 0.0)), bias=float(op.args.get("bias", 1.0)),
+                      return_scale=len(op.outputs) > 1, name=b.name(op.outputs[0]))
+    y = layer(x)
+    return tuple(y) if len(op.outputs) > 1 else y
+
+
+def _sum(b, op, *xs):
+    if op.args.get("broadcast", 0) or any(tuple(x.shape) != tuple(xs[0].shape) for x in xs):
+        raise Unsupported(f"{op.type} of differently shaped blobs (broadcasting)")
+    if len(xs) == 1:
+        return xs[0]
+    return keras.layers.Add(name=b.name(op.outputs[0]))(list(xs))
+
+
+def _flatten(b, op, x):
+    if op.args.get("axis", 1) != 1:
+        raise Unsupported("Flatten with axis other than 1")
+    name = b.name(op.outputs[0])
+    return keras.layers.Flatten(name=name)(b.to_caffe2(x, name))
+
+
+def _reshape(b, op, x):
+    if len(op.inputs) > 1 or op.args.get("shape") is None:
+        raise Unsupported("Reshape without a `shape` argument")
+    shape = _ints(op.args["shape"])
+    name = b.name(op.outputs[0])
+    x = b.to_caffe2(x, name)
+    dims = list(x.shape)
+    if not shape or shape.count(-1) > 1 or any(v < -1 for v in shape) or (
+            0 in shape and max(k for k, v in enumerate(shape) if v == 0) >= len(dims)):
+        raise ValueError(f"shape={shape} is not a Caffe2 Reshape target for a "
+                         f"{len(dims)}-D blob")
+    keeps_batch = shape[0] == 0 or (shape[0] == -1 and -1 not in shape[1:] and math.prod(
+        dims[k] if v == 0 else v for k, v in enumerate(shape) if k) == math.prod(dims[1:]))
+    if keeps_batch:
+        target = [dims[k] if v == 0 else v for k, v in enumerate(shape) if k > 0]
+        y = keras.layers.Reshape(tuple(target), name=name)(x)
+    else:
+        y = Caffe2Reshape(shape, name=name)(x)
+    y = b.from_caffe2(y, name)
+    if len(op.outputs) < 2:
+        return y
+    old = Caffe2ShapeInfo([d or -1 for d in dims], "int64", batch_index=0,
+                          name=b.name(op.outputs[1]))(x)
+    return y, old
+
+
+HANDLERS = {
+    "FC": _fc, "Conv": _conv, "SpatialBN": _spatial_bn, "MaxPool": _pool,
+    "AveragePool": _pool, "Softmax": _softmax, "Relu": _activation, "Sigmoid": _activation,
+    "Tanh": _activation, "Dropout": _dropout, "Concat": _concat, "Sum": _sum, "Add": _sum,
+    "Flatten": _flatten, "Reshape": _reshape, "Split": _split,
+    "ChannelShuffle": _channel_shuffle, "LRN": _lrn,
+}
+# Inputs from this index on are parameters (init-net blobs), not activations.
+PARAM_SLOTS = {"FC": 1, "Conv": 1, "SpatialBN": 1, "Split": 1}
