@@ -19,6 +19,10 @@ checkpoints would silently miss the variables.
 Without a seed in the operator's arguments, every ``create_param`` draws new values, as
 each Caffe2 fill operator without a seed did; with a seed, values repeat. Used as a Keras
 initializer (``__call__(shape, dtype)``), an ``Initializer`` follows Keras's seed rules.
+
+Backends: the classes and their Keras ``__call__`` run on every Keras backend; ``create_param``
+and ``create_master_copy_pair`` make ``tf.Variable``s, so they load TensorFlow on first use
+and raise ``RuntimeError`` on another backend (``tfinit._backend``).
 """
 
 import inspect
@@ -26,17 +30,28 @@ from collections.abc import Mapping, MutableMapping
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from tfinit import _fans, fills, registry
+from tfinit import _backend, _fans, fills, registry
 from tfinit.parameter_info import ParameterInfo, variable_name
 from tfinit.sources import open_source
 
+tf = _backend.lazy_tensorflow("creating TensorFlow variables (create_param)")
+
 TRACKING_ATTRIBUTE = "tfinit_params"
 MODES = ("pseudo_fp16", "reverse")
-SUFFIXES = {tf.float32: "_fp32", tf.float16: "_fp16", tf.bfloat16: "_bf16"}
-#: the 16-bit types a copy can have
-COMPUTE_DTYPES = (tf.float16, tf.bfloat16)
+#: the name suffix of a pair's other variable, by dtype name
+_SUFFIXES = {"float32": "_fp32", "float16": "_fp16", "bfloat16": "_bf16"}
+#: the 16-bit types a copy can have, by name
+_COMPUTE_DTYPE_NAMES = ("float16", "bfloat16")
+
+
+def __getattr__(name):
+    """``SUFFIXES`` / ``COMPUTE_DTYPES`` keyed by ``tf.DType``, built on first use (needs TF)."""
+    if name == "SUFFIXES":
+        return {tf.as_dtype(k): v for k, v in _SUFFIXES.items()}
+    if name == "COMPUTE_DTYPES":
+        return tuple(tf.as_dtype(n) for n in _COMPUTE_DTYPE_NAMES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------- shared checks
@@ -125,12 +140,18 @@ def _tf_variable(initial_value, name, dtype, trainable):
     return tf.Variable(initial_value=initial_value, name=name, dtype=dtype, trainable=trainable)
 
 
-def _check_compute_dtype(compute_dtype, who):
+def _dtype_name(dtype):
+    """``dtype`` (string, ``tf.DType``, numpy dtype) as Keras's standard name, or None."""
     try:
-        dtype = tf.as_dtype(compute_dtype)
-    except TypeError:
-        dtype = None
-    if dtype not in COMPUTE_DTYPES:
+        return keras.backend.standardize_dtype(dtype)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _check_compute_dtype(compute_dtype, who):
+    """``compute_dtype`` as ``"float16"`` or ``"bfloat16"`` (no TensorFlow needed)."""
+    dtype = _dtype_name(compute_dtype) if compute_dtype is not None else None
+    if dtype not in _COMPUTE_DTYPE_NAMES:
         raise ValueError(
             f"{who}: compute_dtype must be 'float16' or 'bfloat16' (a 16-bit float copy of an "
             f"fp32 master), got {compute_dtype!r}."
@@ -163,7 +184,7 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
     who = "create_master_copy_pair"
     if mode not in MODES:
         raise ValueError(f"{who}: mode must be one of {MODES}, got {mode!r}.")
-    compute = _check_compute_dtype(compute_dtype, who)
+    compute = tf.as_dtype(_check_compute_dtype(compute_dtype, who))
     make_variable = make_variable or _tf_variable
     if callable(value):
         value = value()
@@ -184,7 +205,7 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
                 f"its {compute.name} copy would be inf."
             )
     if mode == "pseudo_fp16":
-        master = make_variable(initial_value=master_value, name=name + SUFFIXES[tf.float32],
+        master = make_variable(initial_value=master_value, name=name + _SUFFIXES["float32"],
                                dtype=tf.float32, trainable=False)
         primary = make_variable(initial_value=copy_value, name=name, dtype=compute,
                                 trainable=trainable)
@@ -192,7 +213,7 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
     else:
         primary = make_variable(initial_value=master_value, name=name, dtype=tf.float32,
                                 trainable=trainable)
-        copy = make_variable(initial_value=copy_value, name=name + SUFFIXES[compute],
+        copy = make_variable(initial_value=copy_value, name=name + _SUFFIXES[compute.name],
                              dtype=compute, trainable=False)
         blob_copy = {compute: copy}
     return ParameterInfo(primary, master_value.shape, blob_copy=blob_copy)
@@ -311,12 +332,13 @@ class _FP16PairInitializer(Initializer):
         super().__init__(operator_name, **kwargs)
 
     def _variable_names(self, param_name):
-        return [param_name, param_name + SUFFIXES[
-            tf.float32 if self.mode == "pseudo_fp16" else self.compute_dtype]]
+        return [param_name, param_name + _SUFFIXES[
+            "float32" if self.mode == "pseudo_fp16" else self.compute_dtype]]
 
     @property
     def primary_dtype(self):
-        return self.compute_dtype if self.mode == "pseudo_fp16" else tf.float32
+        """The name of the primary variable's dtype."""
+        return self.compute_dtype if self.mode == "pseudo_fp16" else "float32"
 
     def _check_fill(self, fill):
         own = getattr(fill, "dtype", None) or fill.default_dtype
@@ -330,14 +352,13 @@ class _FP16PairInitializer(Initializer):
     def _check_dtype(self, dtype):
         if dtype is None:
             return self.primary_dtype
-        try:
-            asked = tf.as_dtype(dtype)
-        except TypeError:
-            raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.") from None
-        if not asked.is_floating:
-            kind = "integer" if asked.is_integer else "non-float"
+        asked = _dtype_name(dtype)
+        if asked is None:
+            raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.")
+        if not keras.backend.is_float_dtype(asked):
+            kind = "integer" if keras.backend.is_int_dtype(asked) else "non-float"
             raise ValueError(
-                f"{type(self).__name__}: refusing {kind} dtype {asked.name}; only floating "
+                f"{type(self).__name__}: refusing {kind} dtype {asked}; only floating "
                 f"parameters get an fp32 master and a 16-bit copy. Use Initializer instead."
             )
         return asked
@@ -347,8 +368,8 @@ class _FP16PairInitializer(Initializer):
         if dtype != self.primary_dtype:
             raise ValueError(
                 f"{type(self).__name__}: the primary variable {name!r} is "
-                f"{self.primary_dtype.name}, so dtype must be None or {self.primary_dtype.name}; "
-                f"got {dtype.name}."
+                f"{self.primary_dtype}, so dtype must be None or {self.primary_dtype}; "
+                f"got {dtype}."
             )
         value = self._fill_for_param()(shape, "float32")
         return create_master_copy_pair(name, value, self.mode, self.compute_dtype, trainable)
@@ -356,10 +377,10 @@ class _FP16PairInitializer(Initializer):
     def __call__(self, shape, dtype=None):
         """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's)."""
         dtype = self._check_dtype(dtype)
-        return keras.ops.cast(self._require_fill()(shape, "float32"), dtype.name)
+        return keras.ops.cast(self._require_fill()(shape, "float32"), dtype)
 
     def get_config(self):
-        return {**super().get_config(), "compute_dtype": self.compute_dtype.name}
+        return {**super().get_config(), "compute_dtype": self.compute_dtype}
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
