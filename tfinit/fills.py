@@ -448,8 +448,11 @@ class GivenTensorFill(Fill):
 
     def _fill(self, shape, dtype):
         values = self.values.reshape(shape)
-        if keras.backend.backend() == "tensorflow" and values.dtype == _numpy_dtype(dtype):
-            return tf_tensor_from_numpy(values)
+        if values.dtype == _numpy_dtype(dtype):
+            if keras.backend.backend() == "tensorflow":
+                return tf_tensor_from_numpy(values)
+            # JAX on CPU may adopt a numpy buffer as it is: the tensor gets its own copy.
+            values = values.copy()
         return _to_tensor(values, dtype, self.op_name)
 
     def get_config(self):
