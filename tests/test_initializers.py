@@ -344,7 +344,7 @@ def test_pseudo_fp16_rounding_edges_match_caffe2_float_to_half():
     values = [65504.0, 65519.0, 2.0**-25, 3 * 2.0**-25, 1 + 2.0**-11, -0.0]
     info = PseudoFP16Initializer("GivenTensorFill", values=values).create_param(
         param_name="e", shape=[6])
-    expected = np.array([65504, 65504, 0, 2.0**-23, 1, -0.0], np.float16)  # FACTS.md
+    expected = np.array([65504, 65504, 0, 2.0**-23, 1, -0.0], np.float16)  # docs: "Dtype rules"
     np.testing.assert_array_equal(info.param.numpy().view(np.uint16), expected.view(np.uint16))
 
 
