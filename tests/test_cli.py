@@ -16,7 +16,12 @@ def test_ops_lists_every_fill_with_arguments_and_maths(capsys):
 
 
 def test_unknown_subcommand_exits_nonzero_without_traceback():
-    proc = subprocess.run([sys.executable, "-m", "tfinit.cli", "frobnicate"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfinit.cli", "frobnicate"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "invalid choice" in proc.stderr
 

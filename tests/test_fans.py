@@ -1,4 +1,4 @@
-"""Caffe2's fan rules on Caffe2 and Keras layouts (FACTS.md, "Fan rules")."""
+"""Caffe2's fan rules on Caffe2 and Keras layouts (docs/caffe2-semantics.md, "Fan conventions")."""
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ def test_same_parameter_same_fans_in_both_layouts(caffe2_shape, keras_shape, fan
 
 
 def test_caffe2_literal_3d_rule():
-    # FACTS: 3-D [a, b, c] -> fan_in = b*c, fan_out = a*c.
+    # docs/caffe2-semantics.md: 3-D [a, b, c] -> fan_in = b*c, fan_out = a*c.
     assert _fans.xavier_fan_in((2, 3, 5), "caffe2") == 15
     assert _fans.msra_fan_out((2, 3, 5), "caffe2") == 10
 

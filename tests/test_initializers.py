@@ -3,7 +3,9 @@
 The first tests port the scenarios of Caffe2's ``modeling/initializers_test.py`` (default
 op, custom op, class vs instance, PseudoFP16, external parameters) through a minimal
 stand-in for ``brew.fc`` that calls ``update_initializer`` and ``create_param`` the way
-brew does; the rest check names, dtypes, values and errors.
+brew does; the rest check names, dtypes, values and errors. Tests that create TensorFlow
+variables are marked ``tensorflow_only``; the others also run under ``KERAS_BACKEND=jax``
+(``.ci/run``), where the classes work as Keras initializers.
 """
 
 import functools
@@ -28,6 +30,8 @@ from tfinit import (  # noqa: E402
 )
 from tfinit.initializers import create_master_copy_pair  # noqa: E402
 
+TENSORFLOW_ONLY = pytest.mark.tensorflow_only
+
 
 def brew_fc(init_net, name, dim_in, dim_out, weight_init=None, bias_init=None,
             WeightInitializer=None, BiasInitializer=None, external=None):  # noqa: N803
@@ -45,6 +49,7 @@ def brew_fc(init_net, name, dim_in, dim_out, weight_init=None, bias_init=None,
 # ---------------------------------------------------------------- Caffe2's scenarios
 
 
+@TENSORFLOW_ONLY
 def test_fc_initializer_default_custom_and_no_class():
     net = tf.Module()
     # fc1: nothing given -> Initializer with brew's default XavierFill.
@@ -75,6 +80,7 @@ def test_fc_initializer_default_custom_and_no_class():
 
 @pytest.mark.parametrize("compute_dtype, np_dtype", [
     ("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)])
+@TENSORFLOW_ONLY
 def test_fc_pseudo_fp16_initializer(compute_dtype, np_dtype):
     net = tf.Module()
     cls = PseudoFP16Initializer if compute_dtype == "float16" else (
@@ -97,6 +103,7 @@ def test_fc_pseudo_fp16_initializer(compute_dtype, np_dtype):
     assert {"fc2_w", "fc2_w_fp32", "fc3_w", "fc3_w_fp32"} <= set(net.tfinit_params)
 
 
+@TENSORFLOW_ONLY
 def test_fc_external_initializer_creates_no_values_of_its_own():
     rng = np.random.default_rng(1)
     given = {"fc1_w": rng.standard_normal((3, 2)).astype(np.float32),
@@ -109,6 +116,7 @@ def test_fc_external_initializer_creates_no_values_of_its_own():
     assert set(net) == {"fc1_w", "fc1_b"}
 
 
+@TENSORFLOW_ONLY
 def test_instance_passed_to_create_param_directly():
     # model.create_param(initializer=<instance>) in Caffe2: no update_initializer involved.
     info = Initializer("RangeFill").create_param(param_name="r", shape=[2, 3], init_net=None)
@@ -151,6 +159,7 @@ def test_unknown_operator_or_argument_fails_at_construction():
         Initializer(3)
 
 
+@TENSORFLOW_ONLY
 def test_layout_is_checked_and_dropped_for_layout_free_fills():
     init = Initializer("ConstantFill", value=1.0, layout="caffe2")
     assert init.operator_kwargs == {"value": 1.0, "layout": "caffe2"}
@@ -159,6 +168,7 @@ def test_layout_is_checked_and_dropped_for_layout_free_fills():
         Initializer("ConstantFill", layout="nchw")
 
 
+@TENSORFLOW_ONLY
 def test_layout_caffe2_reads_fans_from_the_front():
     # [out=2, in=50]: Caffe2 fan_in 50; read as Keras [in, out] it would be 100 / 50 = 2.
     info = Initializer("XavierFill", layout="caffe2", seed=3).create_param(
@@ -199,6 +209,7 @@ def test_update_initializer_errors():
 # ---------------------------------------------------------------- create_param
 
 
+@TENSORFLOW_ONLY
 def test_create_param_names_shapes_dtypes_and_record():
     info = Initializer("ConstantFill", value=3.0).create_param(
         param_name="scale", shape=(2, 1, 3), dtype="float64", trainable=False)
@@ -213,6 +224,7 @@ def test_create_param_names_shapes_dtypes_and_record():
     assert ints.param.dtype == tf.int32  # the fill's own dtype without an asked one
 
 
+@TENSORFLOW_ONLY
 def test_create_param_inside_name_scope_is_prefixed_like_caffe2():
     with tf.name_scope("gpu_0"):
         info = PseudoFP16Initializer("ConstantFill").create_param(param_name="w", shape=[1])
@@ -220,6 +232,7 @@ def test_create_param_inside_name_scope_is_prefixed_like_caffe2():
     assert info.blob_copy[tf.float32].name == "gpu_0/w_fp32:0"
 
 
+@TENSORFLOW_ONLY
 def test_create_param_argument_errors():
     init = Initializer("ConstantFill")
     with pytest.raises(TypeError, match="positional order was \\(param_name, init_net, shape\\)"):
@@ -236,6 +249,7 @@ def test_create_param_argument_errors():
         Initializer()((2,))
 
 
+@TENSORFLOW_ONLY
 def test_duplicate_name_in_one_init_net_is_refused_before_creating(monkeypatch):
     net = tf.Module()
     Initializer("ConstantFill").create_param(param_name="w", shape=[1], init_net=net)
@@ -259,6 +273,7 @@ def test_duplicate_name_in_one_init_net_is_refused_before_creating(monkeypatch):
     assert net.tfinit_params["w"].numpy().tolist() == [0.0]
 
 
+@TENSORFLOW_ONLY
 def test_unseeded_fill_draws_new_values_per_parameter_seeded_repeats():
     unseeded = Initializer("GaussianFill")
     a = unseeded.create_param(param_name="a", shape=[64]).param.numpy()
@@ -270,6 +285,7 @@ def test_unseeded_fill_draws_new_values_per_parameter_seeded_repeats():
     np.testing.assert_array_equal(c, d)
 
 
+@TENSORFLOW_ONLY
 def test_checkpoint_round_trip_of_variables_created_in_init_net(tmp_path):
     def build(value):
         net = tf.Module()
@@ -296,6 +312,7 @@ def test_checkpoint_round_trip_of_variables_created_in_init_net(tmp_path):
 # ---------------------------------------------------------------- PseudoFP16 pairs
 
 
+@TENSORFLOW_ONLY
 def test_reverse_pseudo_fp16_names_and_values():
     for compute, suffix, np_dtype in (("float16", "_fp16", np.float16),
                                       ("bfloat16", "_bf16", ml_dtypes.bfloat16)):
@@ -310,6 +327,7 @@ def test_reverse_pseudo_fp16_names_and_values():
                                       info.param.numpy().astype(np_dtype).view(np.uint16))
 
 
+@TENSORFLOW_ONLY
 def test_pseudo_fp16_fill_runs_in_fp32_then_casts():
     # Same seed, same draw: the master equals the fp32 Initializer's variable exactly.
     fp32 = Initializer("GaussianFill", seed=11).create_param(param_name="a", shape=[256])
@@ -321,14 +339,16 @@ def test_pseudo_fp16_fill_runs_in_fp32_then_casts():
     assert pair.variables == [pair.param, master]
 
 
+@TENSORFLOW_ONLY
 def test_pseudo_fp16_rounding_edges_match_caffe2_float_to_half():
     values = [65504.0, 65519.0, 2.0**-25, 3 * 2.0**-25, 1 + 2.0**-11, -0.0]
     info = PseudoFP16Initializer("GivenTensorFill", values=values).create_param(
         param_name="e", shape=[6])
-    expected = np.array([65504, 65504, 0, 2.0**-23, 1, -0.0], np.float16)  # FACTS.md
+    expected = np.array([65504, 65504, 0, 2.0**-23, 1, -0.0], np.float16)  # docs: "Dtype rules"
     np.testing.assert_array_equal(info.param.numpy().view(np.uint16), expected.view(np.uint16))
 
 
+@TENSORFLOW_ONLY
 def test_pseudo_fp16_overflow_is_refused_not_inf():
     with pytest.raises(ValueError, match="'big'.*65520.*float16's range"):
         PseudoFP16Initializer("ConstantFill", value=65520.0).create_param(
@@ -338,6 +358,7 @@ def test_pseudo_fp16_overflow_is_refused_not_inf():
     assert info.param.numpy()[0] == 65536.0  # bfloat16 rounding of 65520, finite
 
 
+@TENSORFLOW_ONLY
 def test_pseudo_fp16_refuses_integer_requests():
     with pytest.raises(ValueError, match="refusing integer dtype int32"):
         PseudoFP16Initializer("ConstantFill").create_param(param_name="i", shape=[1], dtype="int32")
@@ -354,6 +375,7 @@ def test_pseudo_fp16_refuses_integer_requests():
                                                            dtype="float32")
 
 
+@TENSORFLOW_ONLY
 def test_create_master_copy_pair_for_reuse():
     calls = []
 
@@ -409,6 +431,7 @@ def test_pseudo_fp16_as_keras_initializer_gives_cast_fp32_draw():
 # ---------------------------------------------------------------- ExternalInitializer
 
 
+@TENSORFLOW_ONLY
 def test_external_checks_shape_and_dtype_before_creating():
     ext = ExternalInitializer({"w": np.zeros((3, 2), np.float32)})
     with pytest.raises(ValueError, match=r"'w' was asked with shape \(2, 3\).*holds shape "
@@ -424,6 +447,7 @@ def test_external_checks_shape_and_dtype_before_creating():
     assert info.param.dtype == tf.float32 and not info.param.trainable
 
 
+@TENSORFLOW_ONLY
 def test_external_keeps_the_stored_dtype_and_exact_values(tmp_path):
     path = tmp_path / "p.npz"
     w = np.random.default_rng(3).standard_normal((2, 5))  # float64, not converted
@@ -436,6 +460,7 @@ def test_external_keeps_the_stored_dtype_and_exact_values(tmp_path):
     assert steps.param.dtype == tf.int64 and steps.param.numpy() == 5
 
 
+@TENSORFLOW_ONLY
 def test_external_from_checkpoint_of_created_params(tmp_path):
     net = tf.Module()
     made = PseudoFP16Initializer("GaussianFill", seed=9).create_param(
@@ -465,6 +490,7 @@ def test_keras_layer_as_init_net_is_refused_not_silently_unsaved():
     assert not hasattr(layer, "tfinit_params")
 
 
+@TENSORFLOW_ONLY
 def test_tf_train_checkpoint_as_init_net_and_dict_init_net(tmp_path):
     ckpt = tf.train.Checkpoint()
     ReversePseudoFP16Initializer("ConstantFill", value=0.5).create_param(

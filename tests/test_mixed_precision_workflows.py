@@ -280,8 +280,8 @@ def test_model_built_by_its_first_call_after_the_scope_gets_fp32_filled_masters(
 def test_scope_on_jax_backend_refuses_naming_tensorflow():
     code = textwrap.dedent("""
         import tfinit
-        from tfinit import mixed_precision as mp
         try:
+            from tfinit import mixed_precision as mp
             with mp.scope():
                 pass
         except RuntimeError as err:

@@ -8,10 +8,21 @@ import tfinit
 from tfinit import registry
 
 CAFFE2_FILL_OPS = {
-    "ConstantFill", "GaussianFill", "UniformFill", "UniformIntFill", "UniqueUniformFill",
-    "XavierFill", "MSRAFill", "RangeFill", "DiagonalFill", "GivenTensorFill",
-    "GivenTensorDoubleFill", "GivenTensorIntFill", "GivenTensorInt64Fill",
-    "GivenTensorInt16Fill", "GivenTensorBoolFill",
+    "ConstantFill",
+    "GaussianFill",
+    "UniformFill",
+    "UniformIntFill",
+    "UniqueUniformFill",
+    "XavierFill",
+    "MSRAFill",
+    "RangeFill",
+    "DiagonalFill",
+    "GivenTensorFill",
+    "GivenTensorDoubleFill",
+    "GivenTensorIntFill",
+    "GivenTensorInt64Fill",
+    "GivenTensorInt16Fill",
+    "GivenTensorBoolFill",
 }
 
 
@@ -48,7 +59,11 @@ def test_brew_style_tuple():
 def test_config_dicts_instances_classes_and_none():
     cfg = keras.saving.serialize_keras_object(tfinit.UniformFill(min=-1.0, max=2.0, seed=3))
     init = tfinit.get(cfg)
-    assert isinstance(init, tfinit.UniformFill) and (init.min, init.max, init.seed) == (-1.0, 2.0, 3)
+    assert isinstance(init, tfinit.UniformFill) and (init.min, init.max, init.seed) == (
+        -1.0,
+        2.0,
+        3,
+    )
     same = tfinit.XavierFill()
     assert tfinit.get(same) is same
     assert isinstance(tfinit.get(tfinit.RangeFill), tfinit.RangeFill)
@@ -60,14 +75,18 @@ def test_keras_names_still_work_through_tfinit_get():
 
 
 def test_unknown_name_lists_close_matches():
-    with pytest.raises(ValueError, match=r"Unknown fill operator 'XavierFil'.*Did you mean: XavierFill"):
+    with pytest.raises(
+        ValueError, match=r"Unknown fill operator 'XavierFil'.*Did you mean: XavierFill"
+    ):
         tfinit.get("XavierFil")
     with pytest.raises(ValueError, match="Unknown fill operator 'NoSuchFill'"):
         tfinit.get(("NoSuchFill", {}))
 
 
 def test_bad_tuple_arguments_name_the_op_and_argument():
-    with pytest.raises(TypeError, match=r"GaussianFill.*'stdev'.*takes mean, std, seed.*Did you mean 'std'"):
+    with pytest.raises(
+        TypeError, match=r"GaussianFill.*'stdev'.*takes mean, std, seed.*Did you mean 'std'"
+    ):
         tfinit.get(("GaussianFill", {"stdev": 0.01}))
     with pytest.raises(TypeError, match=r"\(op_name, kwargs_dict\)"):
         tfinit.get(("GaussianFill",))

@@ -53,9 +53,14 @@ def test_seed_generator_config_round_trips():
 
 def test_model_save_and_load_keep_the_initializers(tmp_path):
     inputs = keras.Input((6,))
-    x = keras.layers.Dense(4, kernel_initializer=tfinit.XavierFill(seed=1), bias_initializer="ConstantFill")(inputs)
-    x = keras.layers.Dense(3, kernel_initializer=tfinit.MSRAFill(seed=2, layout="keras"),
-                           bias_initializer=tfinit.GivenTensorFill([0.1, 0.2, 0.3]))(x)
+    x = keras.layers.Dense(
+        4, kernel_initializer=tfinit.XavierFill(seed=1), bias_initializer="ConstantFill"
+    )(inputs)
+    x = keras.layers.Dense(
+        3,
+        kernel_initializer=tfinit.MSRAFill(seed=2, layout="keras"),
+        bias_initializer=tfinit.GivenTensorFill([0.1, 0.2, 0.3]),
+    )(x)
     model = keras.Model(inputs, x)
     path = tmp_path / "model.keras"
     model.save(path)
@@ -67,5 +72,7 @@ def test_model_save_and_load_keep_the_initializers(tmp_path):
         np.testing.assert_array_equal(new.get_weights()[0], old.get_weights()[0])
     # A fresh model from the saved config re-creates the same seeded kernels.
     rebuilt = keras.Model.from_config(loaded.get_config())
-    np.testing.assert_array_equal(rebuilt.layers[1].get_weights()[0], model.layers[1].get_weights()[0])
+    np.testing.assert_array_equal(
+        rebuilt.layers[1].get_weights()[0], model.layers[1].get_weights()[0]
+    )
     np.testing.assert_allclose(rebuilt.layers[2].get_weights()[1], [0.1, 0.2, 0.3], rtol=1e-7)

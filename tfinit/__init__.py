@@ -1,10 +1,17 @@
 """tfinit: Caffe2's parameter-initialization semantics for TensorFlow 2 / Keras 3.
 
 ``import tfinit`` registers every Caffe2 fill operator as a Keras initializer, so
-``Dense(4, kernel_initializer="XavierFill")`` works.
+``Dense(4, kernel_initializer="XavierFill")`` works. It imports TensorFlow only on the
+TensorFlow backend's paths: on JAX (or torch) the fills, the initializer family's Keras
+classes, the registry and ``tfinit.caffe2``'s NetDef reading work without it.
+``tfinit.mixed_precision`` and ``tfinit.distribute`` load on first use and need the
+TensorFlow backend (see ``tfinit._backend``).
 """
 
+import importlib
+
 from tfinit import _versions  # noqa: F401  (first: refuses an untested Keras/TensorFlow)
+from tfinit import _backend
 from tfinit.registry import fill_ops
 from tfinit.fills import (
     ConstantFill,
@@ -32,8 +39,13 @@ from tfinit.initializers import (
     ReversePseudoFP16Initializer,
     update_initializer,
 )
-from tfinit import mixed_precision
-from tfinit import distribute
+
+#: the submodules that need TensorFlow
+_TF_SUBMODULES = ("mixed_precision", "distribute")
+if _backend.name() == "tensorflow":
+    # Keras has loaded TensorFlow already; importing them now keeps their Keras
+    # registrations (MasterWeightOptimizer, PseudoFP16Policy) behind a bare `import tfinit`.
+    from tfinit import distribute, mixed_precision  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -42,6 +54,17 @@ __all__ = [
     "GivenTensorFill", "GivenTensorInt16Fill", "GivenTensorInt64Fill", "GivenTensorIntFill",
     "MSRAFill", "RangeFill", "UniformFill", "UniformIntFill", "UniqueUniformFill", "XavierFill",
     "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",
-    "ReversePseudoFP16Initializer", "distribute", "fill_ops", "get", "mixed_precision",
-    "update_initializer",
+    "ReversePseudoFP16Initializer", "fill_ops", "get", "update_initializer",
 ]
+if _backend.name() == "tensorflow":  # so that `from tfinit import *` works on every backend
+    __all__ += list(_TF_SUBMODULES)
+
+
+def __getattr__(name):
+    """``tfinit.mixed_precision`` / ``tfinit.distribute`` off the TensorFlow backend: the
+    ``RuntimeError`` of ``tfinit._backend`` (PEP 562; reached only when not yet imported).
+    """
+    if name in _TF_SUBMODULES:
+        _backend.tensorflow(f"tfinit.{name}")
+        return importlib.import_module(f"tfinit.{name}")
+    raise AttributeError(f"module 'tfinit' has no attribute {name!r}")

@@ -31,3 +31,28 @@ def tensorflow(feature):
     import tensorflow as tf
 
     return tf
+
+
+class _LazyTensorFlow:
+    """Stands in for the ``tensorflow`` module in a module whose TF use is all inside
+    functions: each attribute access goes through :func:`tensorflow` (for ``feature``).
+    """
+
+    def __init__(self, feature):
+        self._feature = feature
+
+    def __getattr__(self, attribute):
+        return getattr(tensorflow(self._feature), attribute)
+
+    def __repr__(self):
+        return f"<TensorFlow, loaded on first use by {self._feature}>"
+
+
+def lazy_tensorflow(feature):
+    """A module-level ``tf`` that imports TensorFlow on first use, for ``feature``.
+
+    ``tf = _backend.lazy_tensorflow("...")`` keeps ``tf.Variable(...)`` in function bodies
+    as it reads, while ``import`` of the module stays free of TensorFlow; a use on another
+    backend raises :func:`tensorflow`'s ``RuntimeError``.
+    """
+    return _LazyTensorFlow(feature)

@@ -1,6 +1,7 @@
 """The ``tfinit`` command. Bad arguments exit non-zero with one line, no traceback."""
 
 import argparse
+import importlib.util
 import inspect
 import os
 import sys
@@ -61,9 +62,25 @@ def _writable_folder(path):
     return folder
 
 
+def _demo_needs():
+    """The demo trains on TensorFlow and plots with matplotlib: a UsageError if either is off."""
+    from tfinit import _backend
+
+    try:
+        _backend.tensorflow("tfinit demo")
+    except RuntimeError as err:
+        raise UsageError(str(err)) from None
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(
+            "tfinit demo plots with matplotlib, which is not installed: "
+            "pip install \"tfinit[demo]\" (or pip install matplotlib)"
+        )
+
+
 def _demo(args):
     from tfinit import demo
 
+    _demo_needs()
     out = _writable_folder(args.out)
     demo.run(
         epochs=args.epochs,

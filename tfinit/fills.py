@@ -1,7 +1,7 @@
 """Caffe2's fill operators as Keras 3 initializers.
 
 Each class has the Caffe2 operator's name, argument names and maths (see
-``shared/reference/caffe2/FACTS.md``), takes Keras's ``(shape, dtype=None)`` call,
+``docs/caffe2-semantics.md``), takes Keras's ``(shape, dtype=None)`` call,
 and is registered for Keras serialization both as ``"tfinit>Name"`` and as the
 bare ``"Name"``. Fills use ``keras.ops`` / ``keras.random`` only, so they run on
 every Keras 3 backend.
@@ -25,9 +25,7 @@ import warnings
 import keras
 import numpy as np
 
-from tfinit import _caffe2_rng
-from tfinit import _fans
-from tfinit import registry
+from tfinit import _backend, _caffe2_rng, _fans, registry
 
 # ---------------------------------------------------------------- argument checks
 
@@ -161,7 +159,7 @@ def _tf_tensor_one_copy(array):
     given parameter costs the variable and nothing more. The copy is private: the variable
     never shares memory with the caller's array.
     """
-    import tensorflow as tf
+    tf = _backend.tensorflow("tfinit.fills.tf_tensor_from_numpy")
 
     buffer = np.empty(array.nbytes + 64, np.uint8)
     start = -buffer.ctypes.data % 64
@@ -174,7 +172,7 @@ def tf_tensor_from_numpy(array):
     """``array`` as a TensorFlow tensor of its own; a large numeric one costs a single copy."""
     if array.nbytes >= _ONE_COPY_MIN_BYTES and array.dtype.kind in "fiu":
         return _tf_tensor_one_copy(array)
-    import tensorflow as tf
+    tf = _backend.tensorflow("tfinit.fills.tf_tensor_from_numpy")
 
     return tf.convert_to_tensor(array)
 
@@ -450,8 +448,11 @@ class GivenTensorFill(Fill):
 
     def _fill(self, shape, dtype):
         values = self.values.reshape(shape)
-        if keras.backend.backend() == "tensorflow" and values.dtype == _numpy_dtype(dtype):
-            return tf_tensor_from_numpy(values)
+        if values.dtype == _numpy_dtype(dtype):
+            if keras.backend.backend() == "tensorflow":
+                return tf_tensor_from_numpy(values)
+            # JAX on CPU may adopt a numpy buffer as it is: the tensor gets its own copy.
+            values = values.copy()
         return _to_tensor(values, dtype, self.op_name)
 
     def get_config(self):

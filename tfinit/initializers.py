@@ -26,12 +26,13 @@ from collections.abc import Mapping, MutableMapping
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from tfinit import _fans, fills, registry
-from tfinit._precision import Mode, PairSpec, pair_spec, parse_compute_dtype
+from tfinit import _backend, _fans, fills, registry
+from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
 from tfinit.parameter_info import ParameterInfo, variable_name
 from tfinit.sources import open_source
+
+tf = _backend.lazy_tensorflow("creating TensorFlow variables (create_param)")
 
 TRACKING_ATTRIBUTE = "tfinit_params"
 
@@ -304,15 +305,16 @@ class _FP16PairInitializer(Initializer):
 
     @property
     def compute_dtype(self):
-        """The 16-bit dtype of the copy, as a ``tf.DType``."""
-        return tf.as_dtype(self.spec.compute_dtype)
+        """The name of the copy's 16-bit dtype (``"float16"`` or ``"bfloat16"``)."""
+        return self.spec.compute_dtype
 
     def _variable_names(self, param_name):
         return [param_name, param_name + self.spec.other_suffix]
 
     @property
     def primary_dtype(self):
-        return tf.as_dtype(self.spec.primary_dtype)
+        """The name of the primary variable's dtype."""
+        return self.spec.primary_dtype
 
     def _check_fill(self, fill):
         own = getattr(fill, "dtype", None) or fill.default_dtype
@@ -326,14 +328,13 @@ class _FP16PairInitializer(Initializer):
     def _check_dtype(self, dtype):
         if dtype is None:
             return self.primary_dtype
-        try:
-            asked = tf.as_dtype(dtype)
-        except TypeError:
-            raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.") from None
-        if not asked.is_floating:
-            kind = "integer" if asked.is_integer else "non-float"
+        asked = dtype_name(dtype)
+        if asked is None:
+            raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.")
+        if not keras.backend.is_float_dtype(asked):
+            kind = "integer" if keras.backend.is_int_dtype(asked) else "non-float"
             raise ValueError(
-                f"{type(self).__name__}: refusing {kind} dtype {asked.name}; only floating "
+                f"{type(self).__name__}: refusing {kind} dtype {asked}; only floating "
                 f"parameters get an fp32 master and a 16-bit copy. Use Initializer instead."
             )
         return asked
@@ -343,8 +344,8 @@ class _FP16PairInitializer(Initializer):
         if dtype != self.primary_dtype:
             raise ValueError(
                 f"{type(self).__name__}: the primary variable {name!r} is "
-                f"{self.primary_dtype.name}, so dtype must be None or {self.primary_dtype.name}; "
-                f"got {dtype.name}."
+                f"{self.primary_dtype}, so dtype must be None or {self.primary_dtype}; "
+                f"got {dtype}."
             )
         value = self._fill_for_param()(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
@@ -352,7 +353,7 @@ class _FP16PairInitializer(Initializer):
     def __call__(self, shape, dtype=None):
         """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's)."""
         dtype = self._check_dtype(dtype)
-        return keras.ops.cast(self._require_fill()(shape, "float32"), dtype.name)
+        return keras.ops.cast(self._require_fill()(shape, "float32"), dtype)
 
     def get_config(self):
         return {**super().get_config(), "compute_dtype": self.spec.compute_dtype}

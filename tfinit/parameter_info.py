@@ -5,11 +5,16 @@ fields Caffe2 code reads are kept: ``param``/``blob``, ``name``, ``shape``, ``si
 ``length``, ``key``, ``grad``, ``param_id`` and ``blob_copy`` — a dict mapping a
 ``tf.DType`` to the same parameter held in another precision (PseudoFP16:
 ``{tf.float32: P_fp32}``; Reverse: ``{tf.float16: P_fp16}``).
+
+Importing it needs no TensorFlow: the keys of a given ``blob_copy`` are normalized with
+``tf.as_dtype`` (TensorFlow backend only, as the pairs themselves are).
 """
 
 import math
 
-import tensorflow as tf
+import keras
+
+from tfinit import _backend
 
 
 def variable_name(variable):
@@ -50,7 +55,10 @@ class ParameterInfo:
 
     @property
     def dtype(self):
-        return tf.as_dtype(self.param.dtype)
+        """``param``'s dtype: a ``tf.DType`` on the TensorFlow backend, else Keras's name."""
+        if _backend.name() == "tensorflow":
+            return _backend.tensorflow("ParameterInfo.dtype").as_dtype(self.param.dtype)
+        return keras.backend.standardize_dtype(self.param.dtype)
 
     @property
     def variables(self):
@@ -61,9 +69,10 @@ class ParameterInfo:
         return self.name
 
     def __repr__(self):
-        copies = {tf.as_dtype(k).name: variable_name(v) for k, v in (self.blob_copy or {}).items()}
+        copies = {k.name: variable_name(v) for k, v in (self.blob_copy or {}).items()}
+        dtype = keras.backend.standardize_dtype(self.dtype)
         return (
-            f"ParameterInfo(name={self.name!r}, shape={self.shape}, dtype={self.dtype.name}, "
+            f"ParameterInfo(name={self.name!r}, shape={self.shape}, dtype={dtype}, "
             f"blob_copy={copies or None}, param_id={self.param_id!r})"
         )
 
@@ -76,6 +85,9 @@ def _check_blob_copy(blob_copy, name):
             f"ParameterInfo {name!r}: blob_copy must be a dict mapping tf.DType -> variable, "
             f"got {type(blob_copy).__name__}."
         )
+    if not blob_copy:
+        return {}
+    tf = _backend.tensorflow("ParameterInfo(blob_copy=...)")
     try:
         return BlobCopy({tf.as_dtype(k): v for k, v in blob_copy.items()})
     except TypeError as err:

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tfinit import _backend
+
 _CHECKPOINT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
@@ -163,8 +165,7 @@ class CheckpointSource(Source):
     """
 
     def __init__(self, checkpoint):
-        import tensorflow as tf
-
+        tf = _backend.tensorflow("ExternalInitializer from a TensorFlow checkpoint")
         self._prefix = None
         if hasattr(checkpoint, "get_variable_to_shape_map"):
             self.path, self._reader = "<reader>", checkpoint
@@ -229,8 +230,7 @@ class CheckpointSource(Source):
         return super().missing(name, sorted(set(self._aliases) | set(self._keys)))
 
     def _get(self, name):
-        import tensorflow as tf
-
+        tf = _backend.tensorflow("ExternalInitializer from a TensorFlow checkpoint")
         key = self._resolve(name)
         dtype = self._dtypes[key]
         if not (dtype.is_floating or dtype.is_integer or dtype.is_bool or dtype.is_complex):

@@ -19,13 +19,17 @@ what each variable is, so artifacts load and serve. Restores set masters bit-exa
 weights of the same architecture load into a pseudo_fp16 model exactly (fine-tuning).
 """
 
-from tfinit.mixed_precision._pairs import parameter_info, sync_copies
-from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
-from tfinit.mixed_precision._creator import scope
-from tfinit.mixed_precision._weights import get_master_weights, save_weights, set_master_weights
-from tfinit.mixed_precision._callbacks import EarlyStopping
-from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
-from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
+from tfinit import _backend
+
+_backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
+
+from tfinit.mixed_precision._pairs import parameter_info, sync_copies  # noqa: E402
+from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy  # noqa: E402
+from tfinit.mixed_precision._creator import scope  # noqa: E402
+from tfinit.mixed_precision._weights import get_master_weights, save_weights, set_master_weights  # noqa: E402
+from tfinit.mixed_precision._callbacks import EarlyStopping  # noqa: E402
+from tfinit.mixed_precision._optimizer import MasterWeightOptimizer  # noqa: E402
+from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD  # noqa: E402
 
 __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
            "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
