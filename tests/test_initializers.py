@@ -362,7 +362,8 @@ def test_pseudo_fp16_overflow_is_refused_not_inf():
 def test_pseudo_fp16_refuses_integer_requests():
     with pytest.raises(ValueError, match="refusing integer dtype int32"):
         PseudoFP16Initializer("ConstantFill").create_param(param_name="i", shape=[1], dtype="int32")
-    with pytest.raises(ValueError, match="argument `compute_dtype` must be 'float16' or 'bfloat16'.*int8"):
+    with pytest.raises(ValueError,
+                       match="argument `compute_dtype` must be 'float16' or 'bfloat16'.*int8"):
         PseudoFP16Initializer("ConstantFill", compute_dtype="int8")
     with pytest.raises(ValueError, match="compute_dtype.*'float32'"):
         ReversePseudoFP16Initializer("ConstantFill", compute_dtype="float32")

@@ -97,7 +97,8 @@ def test_keras_file_round_trip_inside_scope_and_refused_outside(tmp_path):
     path = str(tmp_path / "m.keras")
     model.save(path)
     # Outside the scope the layers would be rebuilt without masters: refuse.
-    with pytest.raises(ValueError, match="rebuilding it outside a scope would create 16-bit weights without fp32 masters"):
+    refused = "rebuilding it outside a scope would create 16-bit weights without fp32 masters"
+    with pytest.raises(ValueError, match=refused):
         keras.models.load_model(path)
     with mp.scope("pseudo_fp16", "float16"):
         loaded = keras.models.load_model(path)

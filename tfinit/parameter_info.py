@@ -111,6 +111,7 @@ class BlobCopy(dict):
 
 
 def _as_dtype_key(dtype):
+    tf = _backend.tensorflow("ParameterInfo.blob_copy")
     try:
         return tf.as_dtype(dtype)
     except TypeError:
