@@ -20,6 +20,8 @@ if __name__ == "__main__" and str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))  # `python benchmarks/run.py` from anywhere
 
 TITLES = {
+    "comparisons": "Issue 18's table: tfinit / Keras mixed precision, each ratio next to its "
+                   "target (ms per step, SGD, batch 256)",
     "fills": "Fills: tfinit vs the Keras/TensorFlow equivalent (ms per call)",
     "load_memory": "Loading a large external parameter: peak memory (copies of the array)",
     "training": "Training step: tfinit (pseudo_fp16 or reverse) + MasterWeightOptimizer vs "
@@ -32,9 +34,10 @@ TITLES = {
 
 
 def _sections():
-    from benchmarks import distribute, fills, memory, scaling, training
+    from benchmarks import comparisons, distribute, fills, memory, scaling, training
 
     return [
+        ("comparisons", comparisons.run),
         ("fills", fills.run),
         ("load_memory", fills.load_memory),
         ("training", training.run),
