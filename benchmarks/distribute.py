@@ -40,6 +40,9 @@ def _measure(mode, keys=ROWS):
     import numpy as np
     import tensorflow as tf
 
+    from benchmarks._timing import disable_cpu_remapping
+
+    disable_cpu_remapping()
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
