@@ -15,6 +15,7 @@
 import keras
 import numpy as np
 import tensorflow as tf
+from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import get_autocast_scope
 
 from tfinit.mixed_precision import _pairs
@@ -61,12 +62,19 @@ class PairedVariable(keras.Variable):
 
     def _maybe_autocast(self, value):
         info = _pairs.lookup(self)
+        if info is None or not self._autocast or value is not self._value:
+            return super()._maybe_autocast(value)
+        if _pairs.is_pseudo(info):
+            # In a layer call: the 16-bit variable's own value, but each read's gradient
+            # comes back in fp32, so autodiff sums a shared weight's contributions in fp32
+            # (as Keras does). Elsewhere (e.g. the tape's ``handle``) the plain variable.
+            if global_state.get_global_attribute("current_call_ctx") is None:
+                return super()._maybe_autocast(value)
+            return _read_copy(value, None, tf.float32)
         scope = get_autocast_scope()
-        if (info is not None and self._autocast and scope is not None and scope.dtype
-                and value is self._value and not _pairs.is_pseudo(info)):
-            copy = _pairs.copy_of(info)
-            if tf.as_dtype(scope.dtype) == copy.dtype:
-                return _read_copy(value, copy)
+        copy = _pairs.copy_of(info)
+        if scope is not None and scope.dtype and tf.as_dtype(scope.dtype) == copy.dtype:
+            return _read_copy(value, copy)
         return super()._maybe_autocast(value)
 
     def assign(self, value):
@@ -105,15 +113,18 @@ class PairedVariable(keras.Variable):
         return tf.TensorSpec(self.shape, self.dtype)
 
 
-def _read_copy(param, copy):
-    """The copy's value, with the gradient routed to ``param`` (cast to its dtype)."""
+def _read_copy(param, copy, grad_dtype=None):
+    """The copy's value (``param``'s own with ``copy`` None), with the gradient routed to
+    ``param`` cast to ``grad_dtype`` (default: ``param``'s dtype)."""
 
     @tf.custom_gradient
     def read(param_value):
         def grad(upstream, variables=None):
-            cast = tf.cast(upstream, param_value.dtype)
+            cast = tf.cast(upstream, grad_dtype or param_value.dtype)
             return (cast, [None] * len(variables)) if variables else cast
 
+        if copy is None:
+            return tf.identity(param_value), grad
         return tf.identity(copy.read_value() if hasattr(copy, "read_value")
                            else tf.convert_to_tensor(copy)), grad
 
