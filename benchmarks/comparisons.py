@@ -23,7 +23,7 @@ from benchmarks.training import Contender, compare_step
 TARGETS = {"mlp_float16": 1.00, "reuse": 1.00, "mlp_bfloat16": 1.02, "mirrored": 1.03}
 SIZES = {  # MLP input width, reuse widths, batch, repeats (reuse repeats shrink with width)
     "smoke": dict(mlp=16, reuse=(16,), batch=8, repeats=2, distribute="smoke"),
-    "quick": dict(mlp=256, reuse=(256, 512, 1024), batch=256, repeats=31, distribute="quick"),
+    "quick": dict(mlp=256, reuse=(256, 512, 1024), batch=256, repeats=25, distribute="quick"),
     "full": dict(mlp=256, reuse=(256, 512, 1024), batch=256, repeats=61, distribute="full"),
 }
 

@@ -31,7 +31,7 @@ def run(mode, rows=ROWS):
 
 SIZES = {  # width, global batch, steps per call, repeats
     "smoke": (32, 16, 2, 2),
-    "quick": (256, 64, 5, 9),
+    "quick": (256, 64, 5, 7),
     "full": (1024, 256, 10, 11),
 }
 
