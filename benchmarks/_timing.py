@@ -52,3 +52,19 @@ def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
     row["repeats"] = repeats
     row.update(extra)
     return row
+
+
+def disable_cpu_remapping():
+    """Turn off Grappler's remapper when there is no GPU; returns whether it did.
+
+    On this CPU (TF 2.21, oneDNN) the remapper fuses a float16 MatMul + BiasAdd into one
+    ``_FusedMatMul`` that runs ~100x slower than the two ops apart (1.5 vs 100-146 ms for
+    64x256 @ 256x256): both tfinit and Keras hit it, and it would swamp every difference
+    the float16 comparisons are meant to show. See FINDINGS.md.
+    """
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return False
+    tf.config.optimizer.set_experimental_options({"remapping": False})
+    return True

@@ -37,7 +37,7 @@ PAIRS = [
 
 SIZES = {
     "smoke": dict(side=64, repeats=2, given_mi=1, given_repeats=2),
-    "quick": dict(side=4096, repeats=9, given_mi=64, given_repeats=7),
+    "quick": dict(side=4096, repeats=7, given_mi=32, given_repeats=5),
     "full": dict(side=4096, repeats=15, given_mi=64, given_repeats=9),
 }
 

@@ -29,22 +29,37 @@ def _tf_variables():
     return {id(o): o for o in gc.get_objects() if isinstance(o, tf.Variable)}
 
 
-def measure(mode, compute_dtype, width):
-    """Bytes by dtype of the variables a built-and-stepped MLP + optimizer holds."""
+def created_by(make):
+    """``make()`` (a Contender), stepped once, and the tf.Variables its making created."""
     gc.collect()
     before = _tf_variables()
-    contender = Contender(mode, "mlp", width, compute_dtype, batch=8)
+    contender = make()
     contender.run()
     gc.collect()
-    created = [v for key, v in _tf_variables().items() if key not in before]
-    params = sum(int(np.prod(v.shape)) for v in contender.model.trainable_variables)
+    return contender, [v for key, v in _tf_variables().items() if key not in before]
+
+
+def bytes_by_dtype(variables):
+    """Bytes of ``variables`` by dtype name."""
     by_dtype = {}
-    for v in created:
-        nbytes = int(np.prod(v.shape)) * v.dtype.size
-        by_dtype[v.dtype.name] = by_dtype.get(v.dtype.name, 0) + nbytes
-    total = sum(by_dtype.values())
+    for v in variables:
+        by_dtype[v.dtype.name] = by_dtype.get(v.dtype.name, 0) + int(np.prod(v.shape)) * \
+            v.dtype.size
+    return by_dtype
+
+
+def parameter_count(model):
+    return sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+
+
+def measure(mode, compute_dtype, width):
+    """Bytes by dtype of the variables a built-and-stepped MLP + optimizer holds."""
+    contender, created = created_by(lambda: Contender(mode, "mlp", width, compute_dtype,
+                                                      batch=8))
+    params = parameter_count(contender.model)
+    by_dtype = bytes_by_dtype(created)
     del contender
-    return params, total, by_dtype, len(created)
+    return params, sum(by_dtype.values()), by_dtype, len(created)
 
 
 def run(mode):

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick | --smoke]``: every side-by-side comparison, in one run.
+"""``python -m benchmarks [--quick | --smoke | --gpu]``: every side-by-side comparison, one run.
 
 Prints a Markdown table per section and writes ``results.json`` and ``results.md``
 (in ``benchmarks/`` unless ``--out`` says otherwise). ``ratio`` is tfinit / baseline
@@ -20,6 +20,8 @@ if __name__ == "__main__" and str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))  # `python benchmarks/run.py` from anywhere
 
 TITLES = {
+    "comparisons": "Issue 18's table: tfinit / Keras mixed precision, each ratio next to its "
+                   "target (ms per step, SGD, batch 256)",
     "fills": "Fills: tfinit vs the Keras/TensorFlow equivalent (ms per call)",
     "load_memory": "Loading a large external parameter: peak memory (copies of the array)",
     "training": "Training step: tfinit (pseudo_fp16 or reverse) + MasterWeightOptimizer vs "
@@ -32,9 +34,10 @@ TITLES = {
 
 
 def _sections():
-    from benchmarks import distribute, fills, memory, scaling, training
+    from benchmarks import comparisons, distribute, fills, memory, scaling, training
 
     return [
+        ("comparisons", comparisons.run),
         ("fills", fills.run),
         ("load_memory", fills.load_memory),
         ("training", training.run),
@@ -77,12 +80,22 @@ def main(argv=None):
     size.add_argument("--quick", action="store_true", help="fewer repeats, smaller models")
     size.add_argument("--smoke", action="store_true",
                       help="tiny sizes, 2 repeats: checks the suite runs (figures meaningless)")
+    size.add_argument("--gpu", action="store_true",
+                      help="the GPU benchmark (CNN and transformer); exits 0 without a GPU")
+    parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE,
                         help="folder for results.json / results.md")
     parser.add_argument("--only", nargs="+", choices=list(TITLES), help="run only these")
     args = parser.parse_args(argv)
+    if args.gpu:
+        from benchmarks import gpu
+
+        return gpu.main(args.out, allow_cpu=args.allow_cpu, to_markdown=to_markdown)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    results = {"mode": mode, "machine": _machine(), "sections": {}, "seconds": {}}
+    from benchmarks._timing import disable_cpu_remapping
+
+    machine = dict(_machine(), grappler_remapping_off=disable_cpu_remapping())
+    results = {"mode": mode, "machine": machine, "sections": {}, "seconds": {}}
     for name, run in _sections():
         if args.only and name not in args.only:
             continue

@@ -24,12 +24,14 @@ from benchmarks._timing import compare
 from tfinit import mixed_precision as mp
 
 MODELS = ("mlp", "reuse")
+KINDS = (*MODELS, "classifier")
 REUSE = 16
 MODES = ("fp32", "keras_mixed", "pseudo_fp16", "reverse")
 
 
 def build_model(kind, width, depth=4):
-    """A functional model: ``mlp`` (depth Dense layers) or ``reuse`` (one Dense, REUSE times)."""
+    """A functional model: ``mlp`` (depth Dense layers), ``reuse`` (one Dense, REUSE times)
+    or ``classifier`` (width -> 2*width -> 2*width -> 10, the issue's 256-512-512-10)."""
     inputs = keras.Input((width,))
     h = inputs
     if kind == "mlp":
@@ -39,44 +41,70 @@ def build_model(kind, width, depth=4):
         shared = keras.layers.Dense(width, activation="tanh")
         for _ in range(REUSE):
             h = shared(h)
+    elif kind == "classifier":
+        for _ in range(2):
+            h = keras.layers.Dense(2 * width, activation="relu")(h)
+        h = keras.layers.Dense(10)(h)
     else:
-        raise ValueError(f"model kind must be one of {MODELS}, got {kind!r}")
+        raise ValueError(f"model kind must be one of {KINDS}, got {kind!r}")
     return keras.Model(inputs, h)
+
+
+def inner_optimizer(name):
+    """The optimizer every contender wraps (or uses plainly): ``adam`` or ``sgd``."""
+    if name == "adam":
+        return keras.optimizers.Adam(1e-3)
+    if name == "sgd":
+        return keras.optimizers.SGD(1e-2)
+    raise ValueError(f"optimizer must be 'adam' or 'sgd', got {name!r}")
+
+
+def build_in_mode(mode, compute_dtype, builder):
+    """``builder()`` run under ``mode``'s precision: a tfinit scope or a Keras policy."""
+    if mode in ("pseudo_fp16", "reverse"):
+        with mp.scope(mode, compute_dtype):
+            return builder()
+    policy = "float32" if mode == "fp32" else f"mixed_{compute_dtype}"
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        return builder()
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def wrap_optimizer(mode, compute_dtype, inner):
+    """What trains ``mode``: MasterWeightOptimizer for tfinit, LossScaleOptimizer for Keras's
+    mixed_float16 (as ``compile`` wraps it), the plain optimizer otherwise."""
+    float16 = compute_dtype == "float16"
+    if mode in ("pseudo_fp16", "reverse"):
+        return mp.MasterWeightOptimizer(inner, loss_scale="dynamic" if float16 else None)
+    if mode == "keras_mixed" and float16:
+        return keras.optimizers.LossScaleOptimizer(inner)
+    return inner
 
 
 class Contender:
     """A model, its optimizer and a compiled train step for one precision mode."""
 
-    def __init__(self, mode, kind, width, compute_dtype="float16", batch=64, seed=0):
+    def __init__(self, mode, kind, width, compute_dtype="float16", batch=64, seed=0,
+                 optimizer="adam", builder=None, jit_compile=False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         keras.utils.set_random_seed(seed)
-        float16 = compute_dtype == "float16"
-        if mode in ("pseudo_fp16", "reverse"):
-            with mp.scope(mode, compute_dtype):
-                self.model = build_model(kind, width)
-            inner = keras.optimizers.Adam(1e-3)
-            self.optimizer = mp.MasterWeightOptimizer(
-                inner, loss_scale="dynamic" if float16 else None)
-        else:
-            policy = "float32" if mode == "fp32" else f"mixed_{compute_dtype}"
-            previous = keras.config.dtype_policy()
-            keras.config.set_dtype_policy(policy)
-            try:
-                self.model = build_model(kind, width)
-            finally:
-                keras.config.set_dtype_policy(previous)
-            self.optimizer = keras.optimizers.Adam(1e-3)
-            if policy == "mixed_float16":  # what Model.compile does for this policy
-                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+        builder = builder or (lambda: build_model(kind, width))
+        self.model = build_in_mode(mode, compute_dtype, builder)
+        self.optimizer = wrap_optimizer(mode, compute_dtype, inner_optimizer(optimizer))
         variables = self.model.trainable_variables
         self.optimizer.build(variables)
         rng = np.random.default_rng(seed)
-        self.x = tf.constant(rng.standard_normal((batch, width), dtype=np.float32))
-        self.y = tf.constant(0.1 * rng.standard_normal((batch, width), dtype=np.float32))
+        x_shape = (batch, *self.model.input_shape[1:])
+        y_shape = (batch, *self.model.output_shape[1:])
+        self.x = tf.constant(rng.standard_normal(x_shape, dtype=np.float32))
+        self.y = tf.constant(0.1 * rng.standard_normal(y_shape, dtype=np.float32))
         model, optimizer = self.model, self.optimizer
 
-        @tf.function(jit_compile=False)
+        @tf.function(jit_compile=jit_compile)
         def step(x, y):
             with tf.GradientTape() as tape:
                 pred = model(x, training=True)
@@ -104,11 +132,13 @@ class Contender:
 
 
 def compare_step(kind, width, compute_dtype, repeats, steps, batch, with_fp32=True,
-                 ours_mode="pseudo_fp16"):
+                 ours_mode="pseudo_fp16", optimizer="adam", name=None):
     """One row: tfinit (``ours_mode`` + MWO) vs Keras mixed (and fp32), medians per step."""
-    ours = Contender(ours_mode, kind, width, compute_dtype, batch)
-    base = Contender("keras_mixed", kind, width, compute_dtype, batch)
-    others = {"fp32": Contender("fp32", kind, width, compute_dtype, batch)} if with_fp32 else {}
+    def contender(mode):
+        return Contender(mode, kind, width, compute_dtype, batch, optimizer=optimizer)
+
+    ours, base = contender(ours_mode), contender("keras_mixed")
+    others = {"fp32": contender("fp32")} if with_fp32 else {}
     contenders = {"ours": ours, "baseline": base, **others}
     for c in contenders.values():
         loss = c.run()  # traces; a non-finite loss would make the timing meaningless
@@ -117,7 +147,8 @@ def compare_step(kind, width, compute_dtype, repeats, steps, batch, with_fp32=Tr
     casts = {f"casts_{label}": c.op_count("Cast") for label, c in contenders.items()}
     params = sum(int(np.prod(v.shape)) for v in ours.model.trainable_variables)
     row = compare(
-        f"{kind} width {width} {compute_dtype}: {ours_mode}+MWO vs mixed_{compute_dtype}",
+        name or f"{kind} width {width} {compute_dtype}: {ours_mode}+MWO vs "
+                f"mixed_{compute_dtype}",
         lambda: ours.run(steps),
         lambda: base.run(steps),
         repeats,
@@ -136,7 +167,7 @@ def sizes(mode):
     """Widths, batch, repeats and steps per sample for ``mode`` (smoke / quick / full)."""
     return {
         "smoke": dict(mlp=16, reuse=16, batch=8, repeats=2, steps=1),
-        "quick": dict(mlp=512, reuse=256, batch=64, repeats=61, steps=1),
+        "quick": dict(mlp=512, reuse=256, batch=64, repeats=31, steps=1),
         "full": dict(mlp=1024, reuse=512, batch=128, repeats=101, steps=1),
     }[mode]
 

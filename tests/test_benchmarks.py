@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.training import MODELS  # noqa: E402
 
-SECTIONS = ["fills", "load_memory", "training", "memory", "scaling", "distribute"]
+SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_every_section_is_written(results):
 
 def test_timed_rows_have_finite_positive_times_and_ratios(results):
     data, _ = results
-    for name in ("fills", "training", "scaling", "distribute"):
+    for name in ("comparisons", "fills", "training", "scaling", "distribute"):
         for row in data["sections"][name]:
             for key in ("ours_ms", "baseline_ms", "ratio"):
                 assert _positive(row[key]), (name, row)
@@ -103,6 +103,52 @@ def test_load_memory_rows(results):
         # The variable itself is one copy, so the peak grows by at least the array's bytes.
         assert row["copies"] >= 0.95 and _positive(row["peak_growth_mib"]), row
         assert not row["bound_only"], row  # the peak was reset before the load (Linux)
+
+
+def test_comparisons_give_each_ratio_its_target(results):
+    rows = results[0]["sections"]["comparisons"]
+    names = [r["name"] for r in rows]
+    assert any("pseudo_fp16 vs mixed_float16" in n and n.startswith("MLP") for n in names)
+    assert any("vs mixed_bfloat16" in n for n in names)
+    assert sum(n.startswith("MirroredStrategy x2") for n in names) == 2
+    for row in rows:
+        assert row["within_target"] == (row["ratio"] <= row["target"]), row
+    reuse = [r for r in rows if "read 16 times" in r["name"]]
+    assert reuse
+    for row in reuse:  # the shared weight's gradient against fp32, both ways
+        for key in ("grad_max_abs_err_ours", "grad_max_rel_err_ours",
+                    "grad_max_abs_err_keras", "grad_max_rel_err_keras"):
+            assert math.isfinite(row[key]) and 0 <= row[key] < 0.1, (key, row)
+
+
+def test_gpu_benchmark_without_a_gpu_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
+    from benchmarks import gpu
+
+    monkeypatch.setattr(gpu, "gpu_devices", lambda: [])
+    assert bench_run.main(["--gpu", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == gpu.NO_GPU
+    assert not list(tmp_path.iterdir())
+
+
+def test_gpu_benchmark_models_and_steps_run_on_cpu(monkeypatch, tmp_path):
+    """The --gpu code path at tiny sizes on the CPU (internal --allow-cpu), so it can't rot."""
+    from benchmarks import gpu
+
+    monkeypatch.setattr(gpu, "gpu_devices", lambda: [])
+    assert bench_run.main(["--gpu", "--allow-cpu", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results_gpu.json").read_text())["rows"]
+    configs = {(r["name"].split()[0], r["name"].split()[1].rstrip(","),
+                "jit_compile=True" in r["name"]) for r in rows}
+    assert {c[0] for c in configs} == set(gpu.MODELS)
+    assert {c[1] for c in configs} == {"float16", "bfloat16"}
+    assert {c[2] for c in configs} == {False, True}
+    for row in rows:
+        for key in ("ours_ms", "baseline_ms", "reverse_ms", "fp32_ms", "ratio"):
+            assert _positive(row[key]), (key, row)
+        # a 16-bit copy (2 bytes) on top of the fp32 weight + Adam slots of the fp32 run
+        extra = row["bytes_per_param_pseudo_fp16"] - row["bytes_per_param_fp32"]
+        assert 1.9 < extra < 2.1, row
+        assert row["peak_step_mib_fp32"] is None  # no device memory stats on the CPU
 
 
 def test_markdown_table_lists_union_of_columns():

@@ -48,20 +48,27 @@ def test_make_instance_of_changes_one_object_only():
     assert float(a.numpy()) == 1.0, MOVED
 
 
-def test_hooked_variable_serves_autocast_reads():
+def test_hooked_variable_serves_the_reads_of_layer_calls_only():
+    seen = []
+
     class Cached(internals.HookedKerasVariable):
-        def autocast_read(self, tf_var, dtype):
-            return tf.fill(self.shape, tf.constant(7.0, dtype))
+        def layer_read(self, tf_var, autocast_dtype):
+            seen.append(autocast_dtype)
+            return tf.fill(self.shape, tf.constant(7.0, autocast_dtype or "float32"))
 
     v = keras.Variable(np.ones(2, "f4"))
     internals.make_instance_of(v, Cached)
 
     class Reader(keras.layers.Layer):
         def call(self, x):
+            assert internals.in_layer_call(), MOVED
             return x + v.value
 
     out = Reader(dtype="mixed_float16")(np.zeros(2, "f4"))
     assert out.dtype == "float16" and np.all(np.asarray(out) == 7.0), MOVED
+    assert seen == ["float16"], MOVED
+    assert not internals.in_layer_call(), MOVED
+    assert np.asarray(v.value).tolist() == [1.0, 1.0], MOVED  # outside a call: Keras's read
 
 
 def test_layer_being_built_is_the_caller_of_the_innermost_name_scope():

@@ -417,3 +417,30 @@ def test_saving_refuses_a_copy_trained_behind_its_master(tmp_path):
         model.save_weights(str(tmp_path / "w.weights.h5"))
     with pytest.raises(ValueError, match="changed without its fp32 master"):
         tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+
+
+def test_shared_weight_gradient_is_summed_in_fp32_like_keras():
+    """A Dense read 16 times: each read's gradient comes back in fp32 (as Keras's cast)."""
+    x = np.random.default_rng(3).normal(size=(64, 32)).astype("f4")
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        shared = keras.layers.Dense(32, activation="tanh")
+        shared.build((None, 32))
+
+    def loss_of(layer, cast):
+        h = cast(x)
+        for _ in range(16):
+            h = layer(h)
+        return tf.reduce_sum(tf.cast(h, tf.float32))
+
+    with tf.GradientTape() as tape:
+        loss = loss_of(shared, lambda a: tf.constant(a, tf.float16))
+    grad = tape.gradient(loss, shared.kernel)
+    assert grad.dtype == tf.float32
+    # Against Keras's mixed_float16 with the same (16-bit) weights: the same fp32 sums.
+    keras_layer = keras.layers.Dense(32, activation="tanh", dtype="mixed_float16")
+    keras_layer.build((None, 32))
+    keras_layer.set_weights([w.astype("f4") for w in shared.get_weights()])
+    with tf.GradientTape() as tape:
+        keras_loss = loss_of(keras_layer, lambda a: tf.constant(a))
+    keras_grad = tape.gradient(keras_loss, keras_layer.kernel)
+    np.testing.assert_allclose(grad.numpy(), keras_grad.numpy(), rtol=1e-2, atol=1e-3)

@@ -87,21 +87,31 @@ def make_instance_of(variable, subclass):
 
 
 class HookedKerasVariable(keras.Variable):
-    # Public stand-in: none. Keras casts a variable on every read inside a mixed-policy call
-    # (`Variable._maybe_autocast`) with no hook to serve a cached cast instead.
-    """A Keras variable whose subclasses may serve autocast reads from a cache."""
+    # Public stand-in: none. Inside a layer call Keras reads a variable through
+    # `Variable._maybe_autocast` (casting it under a mixed policy) with no hook to serve a
+    # cached cast or to choose the dtype its gradient comes back in.
+    """A Keras variable whose subclasses may serve the reads made inside layer calls."""
 
-    def autocast_read(self, tf_var, dtype):
-        """The value to read for ``tf_var`` autocast to ``dtype``, or None for Keras's cast."""
+    def layer_read(self, tf_var, autocast_dtype):
+        """The value a layer call reads for ``tf_var``, or None for Keras's own read.
+
+        ``autocast_dtype`` is the dtype Keras's autocast would cast to, or None.
+        """
         return None
 
     def _maybe_autocast(self, value):
-        scope = get_autocast_scope()
-        if self._autocast and scope is not None and scope.dtype and value is self._value:
-            read = self.autocast_read(value, scope.dtype)
+        if self._autocast and value is self._value and in_layer_call():
+            scope = get_autocast_scope()
+            read = self.layer_read(value, scope.dtype if scope is not None else None)
             if read is not None:
                 return read
         return super()._maybe_autocast(value)
+
+
+def in_layer_call():
+    # Public stand-in: none; Keras records the call context of the layer being called.
+    """Whether a Keras layer's ``call`` is running (in this thread)."""
+    return global_state.get_global_attribute("current_call_ctx") is not None
 
 
 def layer_being_built():

@@ -10,9 +10,10 @@ value (16-bit in pseudo_fp16, fp32 in reverse). Writes reach the master:
   the exact widening of the new value;
 - ``assign_add``/``assign_sub`` add to the master in fp32.
 
-In reverse mode, a read under Keras's autocast (a layer call with a mixed policy) returns
-the cached 16-bit copy instead of casting the fp32 variable on every read; the gradient
-still reaches the fp32 variable, cast to fp32 as Keras's own cast would.
+Reads inside a layer call: in reverse mode, under Keras's autocast, the cached 16-bit copy
+instead of a cast of the fp32 variable on every read (the gradient reaches the fp32
+variable); in pseudo_fp16, the 16-bit variable whose gradient comes back in fp32, so a
+weight read many times has its contributions summed in fp32, as Keras's own cast does.
 """
 
 import keras
@@ -26,14 +27,20 @@ from tfinit.mixed_precision import _pairs
 class PairedVariable(internals.HookedKerasVariable):
     """A Keras variable with an fp32 master (see the module docstring)."""
 
-    def autocast_read(self, tf_var, dtype):
+    def layer_read(self, tf_var, autocast_dtype):
         pair = _pairs.pair_of(self)
-        if pair is None or pair.spec.is_pseudo or tf.as_dtype(dtype) != pair.copy.dtype:
+        if pair is None:
+            return None
+        if pair.spec.is_pseudo:
+            # The 16-bit variable itself, but each read's gradient comes back in fp32, so
+            # autodiff sums a shared weight's contributions in fp32, as Keras's cast does.
+            return _read(tf_var, tf_var, tf.float32)
+        if autocast_dtype is None or tf.as_dtype(autocast_dtype) != pair.copy.dtype:
             return None
         if internals.in_saved_model_save():
             # tf.saved_model.save traces its signatures here: Keras's cast, no copy capture.
             return None
-        return _read_copy(tf_var, pair.copy)
+        return _read(tf_var, pair.copy, tf_var.dtype)
 
     def assign(self, value):
         pair = _pairs.pair_of(self)
@@ -65,17 +72,22 @@ class PairedVariable(internals.HookedKerasVariable):
         return self.value
 
 
-def _read_copy(param, copy):
-    """The copy's value, with the gradient routed to ``param`` (cast to its dtype)."""
+def _read(param, source, grad_dtype):
+    """``source``'s value, with the gradient routed to ``param`` and cast to ``grad_dtype``."""
 
     @tf.custom_gradient
     def read(param_value):
         def grad(upstream, variables=None):
-            cast = tf.cast(upstream, param_value.dtype)
+            cast = tf.cast(upstream, grad_dtype)
             return (cast, [None] * len(variables)) if variables else cast
 
-        return tf.identity(copy.read_value() if hasattr(copy, "read_value")
-                           else tf.convert_to_tensor(copy)), grad
+        if source is param:
+            value = param_value
+        elif hasattr(source, "read_value"):
+            value = source.read_value()
+        else:
+            value = tf.convert_to_tensor(source)
+        return tf.identity(value), grad
 
     return read(tf.convert_to_tensor(param))
 
