@@ -97,16 +97,17 @@ def test_reverse_float16_keras_file_reloads_optimizer_with_every_variable(tmp_pa
 def _assert_serves(artifact, model, outputs, x, want, compute_dtype):
     """The artifact holds the model's variables bit for bit and serves its outputs.
 
-    Outputs may differ from the eager call by a few 16-bit ulps (graph-mode kernels round
-    differently); a dropped or rounded master would change the variables themselves.
+    Outputs may differ from the eager call by a few 16-bit ulps of the output's scale
+    (graph-mode kernels round and fuse differently); a dropped or rounded master would change
+    the variables themselves, which are compared bit for bit.
     """
     if hasattr(artifact, "variables"):  # model.export keeps them; tf.saved_model.save hides
         held = {v.name.split(":")[0]: np.asarray(v) for v in artifact.variables}
         for variable in model.weights:
             assert held[variable.path].tobytes() == np.asarray(variable).tobytes(), variable.path
     eps = float(ml_dtypes.finfo(NP16[compute_dtype]).eps)
-    np.testing.assert_allclose(np.asarray(outputs, np.float32), want, rtol=4 * eps,
-                               atol=4 * eps * float(np.abs(want).max()))
+    np.testing.assert_allclose(np.asarray(outputs, np.float32), want, rtol=8 * eps,
+                               atol=8 * eps * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
