@@ -6,7 +6,8 @@
   pseudo_fp16 model (fine-tuning), and restoring masters into a plain 16-bit model raises
   TensorFlow's dtype error instead of dropping them. A reverse variable is the master itself.
 - ``tf.saved_model.save`` / ``model.export``: every variable is written as what it is (the
-  16-bit copy as 16-bit), so the artifact loads and serves; the reverse copy is tracked too.
+  16-bit copy as 16-bit), so the artifact loads and serves; functions traced for it read the
+  reverse copy through Keras's cast, so the copy need not be in the artifact.
 - Keras ``.weights.h5`` / ``.keras``: each layer with pseudo_fp16 pairs stores its masters
   (``save_own_variables`` on that layer object) and loads 16-bit files as their exact
   widening (``load_own_variables``). Reads of the variables are untouched.
@@ -16,9 +17,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
+from tfinit._precision import COMPUTE_DTYPES, dtype_name
 from tfinit.mixed_precision import _pairs
-
-_HOOKED_LAYERS_ATTRIBUTE = "_tfinit_store_hooks"
 
 
 def install_variable_hooks(tf_var):
@@ -113,18 +113,14 @@ def masters_for_saving(value):
 def widened_for_loading(value):
     """A 16-bit float array from a file, widened to fp32 exactly (so masters are exact)."""
     array = np.asarray(value)
-    if array.dtype.itemsize == 2 and array.dtype.kind in "fV" and _is_16bit_float(array.dtype):
+    if dtype_name(array.dtype) in COMPUTE_DTYPES:
         return array.astype(np.float32)
     return value
 
 
-def _is_16bit_float(dtype):
-    return str(dtype) in ("float16", "bfloat16")
-
-
 def install_layer_hooks(layer):
     """Make ``layer`` save its pseudo_fp16 masters and load 16-bit files exactly (once)."""
-    if getattr(layer, _HOOKED_LAYERS_ATTRIBUTE, False):
+    if internals.has_object_method(layer, "load_own_variables"):  # only set here
         return
     save = layer.save_own_variables
     load = layer.load_own_variables
@@ -137,4 +133,3 @@ def install_layer_hooks(layer):
 
     internals.set_object_method(layer, "save_own_variables", save_own_variables)
     internals.set_object_method(layer, "load_own_variables", load_own_variables)
-    object.__setattr__(layer, _HOOKED_LAYERS_ATTRIBUTE, True)
