@@ -1,7 +1,22 @@
 """Interleaved timing: the contenders run in turn, medians are compared."""
 
+import math
 import statistics
 import time
+
+
+def median_ci95(values):
+    """A distribution-free 95 % confidence interval of the median of ``values``.
+
+    The order statistics at ranks n/2 -+ 0.98 sqrt(n) (the binomial(n, 1/2) interval,
+    normal approximation): no assumption about how the machine's noise is distributed.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    half_width = 0.98 * math.sqrt(n)
+    low = max(0, math.floor(n / 2 - half_width))
+    high = min(n - 1, math.ceil(n / 2 + half_width) - 1)
+    return ordered[low], ordered[high]
 
 
 def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
@@ -38,6 +53,7 @@ def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
         return round(statistics.median(ratios(label)), 3)
 
     q1, _, q3 = statistics.quantiles(ratios("baseline"), n=4, method="inclusive")
+    ci_low, ci_high = median_ci95(ratios("baseline"))
     row = {
         "name": name,
         "ours_ms": round(median["ours"] * 1e3, 3),
@@ -45,6 +61,8 @@ def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
         "ratio": paired_ratio("baseline"),
         # the middle half of the per-round ratios: how much the machine's noise moves them
         "ratio_iqr": [round(q1, 3), round(q3, 3)],
+        # where the median ratio itself lies, 95 % of the time: how far to trust it
+        "ratio_ci95": [round(ci_low, 3), round(ci_high, 3)],
     }
     for label in others or {}:
         row[f"{label}_ms"] = round(median[label] * 1e3, 3)

@@ -21,10 +21,14 @@ from benchmarks import distribute
 from benchmarks.training import Contender, compare_step
 
 TARGETS = {"mlp_float16": 1.00, "reuse": 1.00, "mlp_bfloat16": 1.02, "mirrored": 1.03}
-SIZES = {  # MLP input width, reuse widths, batch, repeats (reuse repeats shrink with width)
-    "smoke": dict(mlp=16, reuse=(16,), batch=8, repeats=2, distribute="smoke"),
-    "quick": dict(mlp=256, reuse=(256, 512, 1024), batch=256, repeats=25, distribute="quick"),
-    "full": dict(mlp=256, reuse=(256, 512, 1024), batch=256, repeats=61, distribute="full"),
+SIZES = {  # MLP input width, reuse widths and their repeats, batch, MLP repeats and steps
+    # per timed sample. A ratio's 95 % interval narrows as 1/sqrt(repeats): at the quick
+    # sizes it is about +-0.02-0.03 on this 2-core machine (the `ratio_ci95` column).
+    "smoke": dict(mlp=16, reuse={16: 2}, batch=8, repeats=2, steps=1, distribute="smoke"),
+    "quick": dict(mlp=256, reuse={256: 41, 512: 21, 1024: 9}, batch=256, repeats=81, steps=2,
+                  distribute="quick"),
+    "full": dict(mlp=256, reuse={256: 101, 512: 51, 1024: 25}, batch=256, repeats=201,
+                 steps=3, distribute="full"),
 }
 
 
@@ -70,8 +74,8 @@ def gradient_errors(kind, width, compute_dtype, batch):
     return out
 
 
-SHOWN = ("name", "target", "ratio", "within_target", "ratio_iqr", "ours_ms", "baseline_ms",
-         "repeats")
+SHOWN = ("name", "target", "ratio", "within_target", "ratio_ci95", "ratio_iqr", "ours_ms",
+         "baseline_ms", "repeats")
 
 
 def with_target(row, target):
@@ -84,21 +88,20 @@ def with_target(row, target):
 def step_rows(s):
     rows = []
 
-    def step(kind, width, dtype, repeats, label):
-        return compare_step(kind, width, dtype, repeats, 1, s["batch"], with_fp32=False,
+    def step(kind, width, dtype, repeats, steps, label):
+        return compare_step(kind, width, dtype, repeats, steps, s["batch"], with_fp32=False,
                             optimizer="sgd", name=label)
 
     mlp = f"MLP {s['mlp']}-{2 * s['mlp']}-{2 * s['mlp']}-10"
-    rows.append(with_target(step("classifier", s["mlp"], "float16", s["repeats"],
+    rows.append(with_target(step("classifier", s["mlp"], "float16", s["repeats"], s["steps"],
                                  f"{mlp}, pseudo_fp16 vs mixed_float16"),
                             TARGETS["mlp_float16"]))
-    for width in s["reuse"]:
-        repeats = max(min(s["repeats"], 7), s["repeats"] * s["reuse"][0] // width)
-        row = step("reuse", width, "float16", repeats,
+    for width, repeats in s["reuse"].items():
+        row = step("reuse", width, "float16", repeats, 1,
                    f"one Dense {width} read 16 times, pseudo_fp16 vs mixed_float16")
         row.update(gradient_errors("reuse", width, "float16", s["batch"]))
         rows.append(with_target(row, TARGETS["reuse"]))
-    rows.append(with_target(step("classifier", s["mlp"], "bfloat16", s["repeats"],
+    rows.append(with_target(step("classifier", s["mlp"], "bfloat16", s["repeats"], s["steps"],
                                  f"{mlp}, pseudo_fp16 bfloat16 vs mixed_bfloat16"),
                             TARGETS["mlp_bfloat16"]))
     return rows

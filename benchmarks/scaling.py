@@ -9,7 +9,7 @@ from benchmarks.training import MODELS, compare_step
 
 SIZES = {
     "smoke": dict(base=8, doublings=1, batch=4, repeats=2, steps=1),
-    "quick": dict(base=64, doublings=3, batch=64, repeats=15, steps=1),
+    "quick": dict(base=64, doublings=2, batch=64, repeats=15, steps=1),
     "full": dict(base=128, doublings=4, batch=64, repeats=51, steps=1),
 }
 

@@ -167,7 +167,7 @@ def sizes(mode):
     """Widths, batch, repeats and steps per sample for ``mode`` (smoke / quick / full)."""
     return {
         "smoke": dict(mlp=16, reuse=16, batch=8, repeats=2, steps=1),
-        "quick": dict(mlp=512, reuse=256, batch=64, repeats=31, steps=1),
+        "quick": dict(mlp=512, reuse=256, batch=64, repeats=21, steps=1),
         "full": dict(mlp=1024, reuse=512, batch=128, repeats=101, steps=1),
     }[mode]
 

@@ -11,6 +11,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from benchmarks import run as bench_run  # noqa: E402
@@ -52,6 +53,8 @@ def test_timed_rows_have_finite_positive_times_and_ratios(results):
                 assert _positive(row[key]), (name, key, row)
             q1, q3 = row["ratio_iqr"]
             assert 0 < q1 <= row["ratio"] <= q3, row  # the median lies in the middle half
+            low, high = row["ratio_ci95"]
+            assert 0 < low <= row["ratio"] <= high, row  # ...and in its confidence interval
 
 
 def test_fills_cover_every_pair_and_given_values(results):
@@ -149,6 +152,40 @@ def test_gpu_benchmark_models_and_steps_run_on_cpu(monkeypatch, tmp_path):
         extra = row["bytes_per_param_pseudo_fp16"] - row["bytes_per_param_fp32"]
         assert 1.9 < extra < 2.1, row
         assert row["peak_step_mib_fp32"] is None  # no device memory stats on the CPU
+
+
+def test_median_interval_covers_the_true_median_95_percent_of_the_time():
+    from benchmarks._timing import median_ci95
+
+    rng = np.random.default_rng(0)
+    trials = 4000
+    for n in (11, 41, 81):
+        covered = sum(low <= 0.0 <= high for low, high in (
+            median_ci95(rng.standard_normal(n)) for _ in range(trials)))
+        # The binomial interval is conservative by at most a couple of percent at these n;
+        # 4 standard errors of the estimated coverage (sqrt(.95 * .05 / trials)) on top.
+        tolerance = 4 * math.sqrt(0.95 * 0.05 / trials)
+        assert 0.95 - tolerance <= covered / trials <= 0.99, (n, covered / trials)
+    assert median_ci95([3.0, 1.0]) == (1.0, 3.0)  # too few rounds: the whole range
+
+
+def test_op_profile_attributes_the_finite_check_to_tfinit(capsys):
+    """`python -m benchmarks.profile_ops` reads real tf.profiler traces: the step's MatMuls
+    appear on both sides, the finiteness check's sums only on tfinit's (bfloat16: Keras
+    does no check)."""
+    from benchmarks import profile_ops
+
+    assert profile_ops.main(["--width", "16", "--batch", "8", "--rounds", "1",
+                             "--top", "100"]) == 0
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith(("op:", "step")):
+            rows[cells[0]] = [float(c) for c in cells[1:]]
+    assert rows["op:MatMul"][2] == rows["op:MatMul"][3] == 8  # 3 Dense: 2 + 3 * 2 MatMuls
+    assert rows["op:MatMul"][0] > 0 and rows["op:MatMul"][1] > 0
+    assert rows["op:Sum"][2] == 0 and rows["op:Sum"][3] >= 6  # one sum per gradient
+    assert rows["step"][0] > 0 and rows["step"][1] > 0
 
 
 def test_markdown_table_lists_union_of_columns():

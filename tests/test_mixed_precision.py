@@ -324,6 +324,30 @@ def test_non_finite_gradient_leaves_everything_bit_identical(bad):
     assert not np.array_equal(master(w).numpy(), snapshot[2])
 
 
+def test_finite_gradients_whose_sum_overflows_are_applied():
+    # The finiteness check sums each gradient first; finite elements summing past the
+    # float32 range must still count as finite (the exact per-element check decides).
+    with mp.scope():
+        w = tf.Variable(np.zeros(4, np.float32))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1e-30), loss_scale=None)
+    huge = tf.constant([3e38, 3e38, 3e38, 0.0], tf.float32)
+    assert not np.isfinite(tf.reduce_sum(huge).numpy())
+    step = tf.function(lambda g: opt.apply_gradients([(g, w)]))
+    step(huge)
+    np.testing.assert_allclose(master(w).numpy(), [-3e8, -3e8, -3e8, 0.0], rtol=1e-6)
+    assert int(opt.iterations.numpy()) == 1
+
+
+def test_opposite_infinities_in_two_gradients_skip_the_step():
+    with mp.scope():
+        w = tf.Variable(np.zeros(2, np.float32))
+        b = tf.Variable(np.zeros(2, np.float32))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale=None)
+    opt.apply_gradients(zip([tf.constant([np.inf, 0.0]), tf.constant([-np.inf, 0.0])], [w, b]))
+    assert master(w).numpy().tolist() == [0.0, 0.0] and master(b).numpy().tolist() == [0.0, 0.0]
+    assert int(opt.iterations.numpy()) == 0
+
+
 def test_dynamic_scale_constants_and_unscaling():
     with mp.scope():
         w = tf.Variable([0.0])

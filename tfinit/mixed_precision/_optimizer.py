@@ -207,8 +207,22 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         return out
 
     def _check_finite(self, grads):
-        checks = [tf.reduce_all(tf.math.is_finite(_values(g))) for g in grads if g is not None]
-        return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+        """Whether every element of every gradient is finite (a scalar bool tensor).
+
+        Fast path: one read-only sum per gradient. A NaN or infinite element makes the
+        total NaN or infinite, so a finite total proves every element finite. Only when
+        the total is not finite (a non-finite element, or finite elements summing past
+        the float32 range) does the exact per-element check run.
+        """
+        values = [_values(g) for g in grads if g is not None]
+        if not values:
+            return tf.constant(True)
+        total = tf.add_n([tf.reduce_sum(tf.cast(v, tf.float32)) for v in values])
+
+        def per_element():
+            return tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in values]))
+
+        return tf.cond(tf.math.is_finite(total), lambda: tf.constant(True), per_element)
 
     def _all_replicas_finite(self, grads):
         finite = self._check_finite(grads)
