@@ -17,8 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # float16 keeps 10 fraction bits, bfloat16 7. Two replicas sum half-batch gradients where
 # one device sums the whole batch, so 16-bit rounding differs; 12 steps of SGD keep the
-# masters within 2 ulps of the 16-bit type at the parameter's magnitude (measured: < 1 ulp).
+# masters within a few ulps of the 16-bit type at the parameter's magnitude. Measured: < 1
+# ulp for both dtypes on an Intel CPU with AMX/AVX512-BF16; on an AMD EPYC without AVX512,
+# where bfloat16 kernels are emulated with other accumulation orders, float16 < 1 ulp and
+# bfloat16 2.8 ulps (the first bias). A replica that applied its own half-batch gradient
+# instead of the all-reduced one would be off by ~lr * |g| * steps: tens of ulps or more.
 FRACTION_BITS = {"float16": 10, "bfloat16": 7}
+ULPS = {"float16": 2, "bfloat16": 4}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def _assert_close_to_one_device(part, dtype):
     for key, diff in part["max_abs_diff"].items():
         magnitude = max(part["max_abs"][key], 2.0**-14)
         ulp = 2.0 ** (np.floor(np.log2(magnitude)) - FRACTION_BITS[dtype])
-        assert diff <= 2 * ulp, (key, diff, ulp)
+        assert diff <= ULPS[dtype] * ulp, (key, diff, ulp)
     assert all(part["moved_from_init"].values()), part["moved_from_init"]
 
 
