@@ -324,6 +324,20 @@ def test_non_finite_gradient_leaves_everything_bit_identical(bad):
     assert not np.array_equal(master(w).numpy(), snapshot[2])
 
 
+@pytest.mark.parametrize("loss_scale", ["dynamic", 2.0**7, 1000.0])
+def test_unscaling_equals_division_by_the_scale_bit_for_bit(loss_scale):
+    # The update is exactly -lr * (g / scale) in float32, for gradients from 1e-30 to 1e30.
+    rng = np.random.default_rng(3)
+    g = (rng.standard_normal(64) * np.logspace(-30, 30, 64)).astype(np.float32)
+    with mp.scope():
+        w = tf.Variable(np.zeros(64, np.float32))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0), loss_scale=loss_scale)
+    scale = np.float32(2.0**15 if loss_scale == "dynamic" else loss_scale)
+    tf.function(lambda: opt.apply_gradients([(tf.constant(g), w)]))()
+    expected = np.zeros(64, np.float32) - (g / scale)  # numpy: IEEE division in float32
+    assert master(w).numpy().tobytes() == expected.tobytes()
+
+
 def test_finite_gradients_whose_sum_overflows_are_applied():
     # The finiteness check sums each gradient first; finite elements summing past the
     # float32 range must still count as finite (the exact per-element check decides).
