@@ -23,7 +23,7 @@ from benchmarks.training import Contender, compare_step
 TARGETS = {"mlp_float16": 1.00, "reuse": 1.00, "mlp_bfloat16": 1.02, "mirrored": 1.03}
 SIZES = {  # MLP input width, reuse widths and their repeats, batch, MLP repeats and steps
     # per timed sample. A ratio's 95 % interval narrows as 1/sqrt(repeats): at the quick
-    # sizes it is about +-0.02-0.03 on this 2-core machine (the `ratio_ci95` column).
+    # sizes it is about +-0.02-0.06 on this 2-core machine (the `ratio_ci95` column).
     "smoke": dict(mlp=16, reuse={16: 2}, batch=8, repeats=2, steps=1, distribute="smoke"),
     "quick": dict(mlp=256, reuse={256: 41, 512: 21, 1024: 9}, batch=256, repeats=81, steps=2,
                   distribute="quick"),
@@ -74,15 +74,19 @@ def gradient_errors(kind, width, compute_dtype, batch):
     return out
 
 
-SHOWN = ("name", "target", "ratio", "within_target", "ratio_ci95", "ratio_iqr", "ours_ms",
-         "baseline_ms", "repeats")
+SHOWN = ("name", "target", "ratio", "within_target", "verdict", "ratio_ci95", "ratio_iqr",
+         "ours_ms", "baseline_ms", "repeats")
 
 
 def with_target(row, target):
-    """``row``'s main figures (and gradient errors), its target and whether the measured
-    ratio is within it."""
+    """``row``'s main figures (and gradient errors), its target, whether the measured ratio
+    is within it, and whether its 95 % interval decides that: ``within`` (the whole interval
+    is), ``over`` (none of it is) or ``undecided`` (the interval holds the target)."""
     kept = {k: v for k, v in row.items() if k in SHOWN or k.startswith("grad_")}
-    return {**kept, "target": target, "within_target": row["ratio"] <= target}
+    low, high = row["ratio_ci95"]
+    verdict = "within" if high <= target else "over" if low > target else "undecided"
+    return {**kept, "target": target, "within_target": row["ratio"] <= target,
+            "verdict": verdict}
 
 
 def step_rows(s):

@@ -116,6 +116,10 @@ def test_comparisons_give_each_ratio_its_target(results):
     assert sum(n.startswith("MirroredStrategy x2") for n in names) == 2
     for row in rows:
         assert row["within_target"] == (row["ratio"] <= row["target"]), row
+        low, high = row["ratio_ci95"]
+        expected = ("within" if high <= row["target"] else "over" if low > row["target"]
+                    else "undecided")
+        assert row["verdict"] == expected, row
     reuse = [r for r in rows if "read 16 times" in r["name"]]
     assert reuse
     for row in reuse:  # the shared weight's gradient against fp32, both ways
@@ -152,6 +156,19 @@ def test_gpu_benchmark_models_and_steps_run_on_cpu(monkeypatch, tmp_path):
         extra = row["bytes_per_param_pseudo_fp16"] - row["bytes_per_param_fp32"]
         assert 1.9 < extra < 2.1, row
         assert row["peak_step_mib_fp32"] is None  # no device memory stats on the CPU
+
+
+def test_verdict_is_decided_only_by_the_whole_interval():
+    from benchmarks.comparisons import with_target
+
+    def verdict(low, ratio, high):
+        row = {"name": "r", "ratio": ratio, "ratio_ci95": [low, high]}
+        return with_target(row, 1.00)["verdict"], with_target(row, 1.00)["within_target"]
+
+    assert verdict(0.95, 0.97, 0.99) == ("within", True)
+    assert verdict(0.98, 0.99, 1.02) == ("undecided", True)
+    assert verdict(0.99, 1.01, 1.03) == ("undecided", False)
+    assert verdict(1.01, 1.03, 1.05) == ("over", False)
 
 
 def test_median_interval_covers_the_true_median_95_percent_of_the_time():
