@@ -191,3 +191,51 @@ def test_variable_checkpoint_protocol_for_distributed_variables():
     assert internals.serialize_variable(v)["VARIABLE_VALUE"].numpy().tolist() == [1.0, 2.0]
     internals.restore_variable(v, {"VARIABLE_VALUE": tf.constant([5.0, 6.0])})
     assert v.numpy().tolist() == [5.0, 6.0], MOVED
+
+
+def test_control_flow_outer_graph_is_the_graph_enclosing_loop_and_cond_bodies():
+    seen = {}
+
+    @tf.function
+    def traced(x):
+        seen["function"] = internals.control_flow_outer_graph()
+        function_graph = tf.compat.v1.get_default_graph()
+
+        def body(i, total):
+            seen["loop"] = internals.control_flow_outer_graph()
+
+            def inner(j, t):
+                seen["nested"] = internals.control_flow_outer_graph()
+                return j + 1, t + x
+
+            _, total = tf.while_loop(lambda j, t: j < 2, inner, (0, total))
+            return i + 1, total
+
+        tf.cond(x > 0, lambda: _record_cond(seen) + x, lambda: x)
+        seen["expected"] = function_graph
+        return tf.while_loop(lambda i, t: i < 3, body, (0, x))[1]
+
+    assert float(traced(tf.constant(1.0))) == 7.0
+    assert internals.control_flow_outer_graph() is None, MOVED  # eager
+    assert seen["function"] is None, MOVED  # a tf.function's own graph is no loop body
+    for where in ("loop", "nested", "cond"):
+        assert seen[where] is seen["expected"], (where, MOVED)
+
+
+def _record_cond(seen):
+    seen["cond"] = internals.control_flow_outer_graph()
+    return tf.constant(0.0)
+
+
+def test_carry_weight_decay_exclusions_adds_to_the_var_list_exclusions():
+    old, new, other = (keras.Variable(np.ones(2, "f4")) for _ in range(3))
+    optimizer = keras.optimizers.AdamW(weight_decay=0.5)
+    optimizer.exclude_from_weight_decay(var_list=[old])
+    internals.carry_weight_decay_exclusions(optimizer, [(old, new), (other, other)])
+    optimizer.build([new, other])
+    assert not optimizer._use_weight_decay(new), MOVED
+    assert optimizer._use_weight_decay(other), MOVED
+    # Applied: the excluded variable keeps its value under a zero gradient.
+    optimizer.apply([np.zeros(2, "f4"), np.zeros(2, "f4")], [new, other])
+    assert new.numpy().tolist() == [1.0, 1.0], MOVED
+    assert other.numpy()[0] < 1.0, MOVED

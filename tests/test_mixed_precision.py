@@ -343,7 +343,7 @@ def test_finite_gradients_whose_sum_overflows_are_applied():
     # float32 range must still count as finite (the exact per-element check decides).
     with mp.scope():
         w = tf.Variable(np.zeros(4, np.float32))
-    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1e-30), loss_scale=None)
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1e-30), loss_scale=1.0)
     huge = tf.constant([3e38, 3e38, 3e38, 0.0], tf.float32)
     assert not np.isfinite(tf.reduce_sum(huge).numpy())
     step = tf.function(lambda g: opt.apply_gradients([(g, w)]))
@@ -356,10 +356,36 @@ def test_opposite_infinities_in_two_gradients_skip_the_step():
     with mp.scope():
         w = tf.Variable(np.zeros(2, np.float32))
         b = tf.Variable(np.zeros(2, np.float32))
-    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale=None)
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale=1.0)
     opt.apply_gradients(zip([tf.constant([np.inf, 0.0]), tf.constant([-np.inf, 0.0])], [w, b]))
     assert master(w).numpy().tolist() == [0.0, 0.0] and master(b).numpy().tolist() == [0.0, 0.0]
     assert int(opt.iterations.numpy()) == 0
+
+
+@pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
+def test_without_loss_scaling_every_step_is_applied(compute_dtype):
+    # loss_scale=None (bfloat16's default): no scaling and no skipping, as a plain Keras
+    # optimizer under mixed_bfloat16: an infinite gradient reaches the master.
+    with mp.scope("pseudo_fp16", compute_dtype):
+        w = tf.Variable(np.zeros(2, np.float32))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale=None)
+    opt.apply_gradients([(tf.constant([np.inf, 1.0]), w)])
+    assert master(w).numpy().tolist() == [-np.inf, -0.1 * np.float32(1.0)]
+    assert int(opt.iterations.numpy()) == 1
+
+
+@pytest.mark.parametrize("compute_dtype, dynamic", [("float16", True), ("bfloat16", False)])
+def test_auto_loss_scale_follows_the_compute_dtype(compute_dtype, dynamic):
+    with mp.scope("pseudo_fp16", compute_dtype):
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1))
+    assert opt.loss_scale == "auto"
+    opt.build(model.trainable_variables)
+    assert opt.dynamic is dynamic
+    assert float(opt.dynamic_scale.numpy()) == (2.0**15 if dynamic else 1.0)
+    loss = tf.constant(3.0)
+    assert float(opt.scale_loss(loss)) == (3.0 * 2**15 if dynamic else 3.0)
+    assert opt.get_config()["loss_scale"] == "auto"
 
 
 def test_dynamic_scale_constants_and_unscaling():
@@ -431,7 +457,7 @@ def test_fp32_variables_without_master_update_normally():
 
 @pytest.mark.parametrize("bad", [object(), "sgd", None])
 def test_non_keras_optimizer_is_type_error(bad):
-    with pytest.raises(TypeError, match="wraps a Keras 3 optimizer"):
+    with pytest.raises(TypeError, match="argument `optimizer` must be a Keras 3 optimizer"):
         mp.MasterWeightOptimizer(bad)
 
 

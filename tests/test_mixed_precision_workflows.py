@@ -322,8 +322,8 @@ def test_float16_file_loaded_in_bfloat16_scope_sets_every_master_exactly(tmp_pat
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0, -2.0, True, "static"])
 def test_loss_scale_must_be_dynamic_none_or_finite_positive(bad):
-    with pytest.raises(ValueError, match=r"argument `loss_scale` must be 'dynamic', None or a "
-                                         r"finite positive number"):
+    with pytest.raises(ValueError, match=r"argument `loss_scale` must be 'auto', 'dynamic', "
+                                         r"None or a finite positive number"):
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=bad)
 
 
@@ -408,12 +408,52 @@ def test_16bit_file_loads_into_pseudo_model_as_exact_widening(tmp_path):
         assert have.tobytes() == want.astype(np.float16).astype(np.float32).tobytes()
 
 
-def test_saving_refuses_a_copy_trained_behind_its_master(tmp_path):
-    """A plain Keras optimizer updates the 16-bit variable only: saving must not drop that."""
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+def test_compile_wraps_a_plain_optimizer_in_master_weight_optimizer(mode, compute_dtype):
+    """As Keras's compile wraps LossScaleOptimizer under mixed_float16: no master-less update."""
+    x, y = np.ones((8, 3), "f4"), np.full((8, 1), 3.0, "f4")
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        plain, wrapped = _mlp(), _mlp()
+    mp.set_master_weights(wrapped, mp.get_master_weights(plain))
+    plain.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+    wrapped.compile(optimizer=mp.MasterWeightOptimizer(keras.optimizers.SGD(0.5)), loss="mse")
+    assert type(plain.optimizer) is mp.MasterWeightOptimizer
+    assert type(plain.optimizer.inner_optimizer) is keras.optimizers.SGD
+    before = _masters(plain)
+    plain.fit(x, y, epochs=2, verbose=0)
+    wrapped.fit(x, y, epochs=2, verbose=0)
+    assert _masters(plain) != before
+    assert _masters(plain) == _masters(wrapped)
+    _assert_copies_synced(plain)
+
+
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+def test_a_plain_optimizer_is_refused_at_its_first_step(mode, compute_dtype):
+    """A custom loop, or a model assembled outside the scope, with a plain Keras optimizer."""
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        layer = keras.layers.Dense(2)
+        layer.build((None, 3))
+    model = keras.Sequential([keras.Input((3,)), layer])  # constructed outside the scope
+    before = _masters(model)
+    for optimizer in (keras.optimizers.SGD(0.5), keras.optimizers.Adam(),
+                      keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.5))):
+        grads = [tf.ones(v.shape, v.dtype) for v in layer.trainable_variables]
+        with pytest.raises(ValueError, match=r"dense.*kernel.*has an fp32 master.*"
+                                             r"MasterWeightOptimizer"):
+            optimizer.apply_gradients(zip(grads, layer.trainable_variables))
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+    with pytest.raises(ValueError, match="MasterWeightOptimizer"):
+        model.fit(np.ones((4, 3), "f4"), np.ones((4, 2), "f4"), verbose=0)
+    assert _masters(model) == before
+    _assert_copies_synced(model)
+
+
+def test_saving_refuses_a_copy_changed_behind_its_master(tmp_path):
+    """The 16-bit variable changed by hand, not through Keras: saving must not drop that."""
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
         model = _mlp()
-    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
-    model.fit(np.ones((8, 3), "f4"), np.full((8, 1), 3.0, "f4"), verbose=0)
+    copy = _pairs.pair_of(model.layers[0].kernel).copy
+    copy.assign(copy + tf.constant(0.5, tf.float16))
     with pytest.raises(ValueError, match="changed without its fp32 master.*MasterWeightOptimizer"):
         model.save_weights(str(tmp_path / "w.weights.h5"))
     with pytest.raises(ValueError, match="changed without its fp32 master"):
@@ -445,3 +485,96 @@ def test_shared_weight_gradient_is_summed_in_fp32_like_keras():
         keras_loss = loss_of(keras_layer, lambda a: tf.constant(a))
     keras_grad = tape.gradient(keras_loss, keras_layer.kernel)
     np.testing.assert_allclose(grad.numpy(), keras_grad.numpy(), rtol=1e-2, atol=1e-3)
+
+
+# ----------------------------------------------------------------- Keras parity (issue 22)
+
+
+def _keras_mixed(compute_dtype, build):
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(f"mixed_{compute_dtype}")
+    try:
+        return build()
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+@pytest.mark.parametrize("rnn", ["LSTM", "GRU", "SimpleRNN"])
+def test_recurrent_gradient_in_tf_function_equals_keras_mixed(mode, compute_dtype, rnn):
+    """The read inside tf.while_loop: the gradient is accumulated in fp32, as Keras's cast."""
+    def build():
+        return keras.Sequential([keras.Input((6, 3)), getattr(keras.layers, rnn)(4)])
+
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        ours = build()
+    ref = _keras_mixed(compute_dtype, build)
+    _perturb(ours)
+    ref.set_weights(mp.get_master_weights(ours))
+    x = np.random.default_rng(1).normal(size=(5, 6, 3)).astype("f4")
+
+    @tf.function
+    def gradients(model):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.cast(model(x), tf.float32) ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    for a, b in zip(gradients(ours), gradients(ref)):
+        assert a.dtype == tf.float32 and a.numpy().tobytes() == b.numpy().tobytes()
+
+
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+def test_regularizer_penalty_is_computed_on_the_masters(mode, compute_dtype):
+    def build():
+        return keras.Sequential([keras.Input((300,)), keras.layers.Dense(
+            300, kernel_regularizer=keras.regularizers.L2(1e-5))])
+
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        ours = build()
+    ref = _keras_mixed(compute_dtype, build)
+    ref.set_weights(_perturb(ours))
+    (penalty,), (want,) = ours.losses, ref.losses
+    assert penalty.dtype == tf.float32 and np.isfinite(penalty.numpy())
+    assert penalty.numpy().tobytes() == want.numpy().tobytes()
+    # Its gradient reaches the variable in fp32, beside the layer's own.
+    with tf.GradientTape() as tape:
+        loss = tf.add_n(ours.losses)
+    grad = tape.gradient(loss, ours.layers[0].kernel)
+    master = mp.get_master_weights(ours)[0]
+    assert grad.dtype == tf.float32
+    np.testing.assert_allclose(grad.numpy(), 2e-5 * master, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+def test_adapted_statistics_keep_fp32(mode, compute_dtype, tmp_path):
+    data = (np.random.default_rng(0).normal(size=(64, 2)) + 1230.6175).astype("f4")
+    ref = _keras_mixed(compute_dtype, keras.layers.Normalization)
+    ref.adapt(data)
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        ours = keras.Sequential([keras.Input((2,)), keras.layers.Normalization()])
+        ours.layers[0].adapt(data)
+    for have, want in zip(mp.get_master_weights(ours), ref.get_weights()):
+        assert have.tobytes() == want.tobytes()
+    ours.save(tmp_path / "n.keras")
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        again = keras.models.load_model(tmp_path / "n.keras")
+    for have, want in zip(mp.get_master_weights(again), ref.get_weights()):
+        assert have.tobytes() == want.tobytes()
+    assert ours(data[:4]).numpy().tobytes() == ref(data[:4]).numpy().tobytes()
+
+
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+def test_policy_survives_three_generations_of_files(mode, compute_dtype, tmp_path):
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        model = _mlp()
+    masters = _perturb(model)
+    for generation in range(3):
+        path = tmp_path / f"g{generation}.keras"
+        model.save(path)
+        with pytest.raises(ValueError, match="tfinit.mixed_precision.scope"):
+            keras.models.load_model(path)
+        with mp.scope(mode, compute_dtype=compute_dtype):
+            model = keras.models.load_model(path)
+        assert all(isinstance(layer.dtype_policy, mp.PairPolicy)
+                   for layer in model.layers if _pairs.pairs_of(layer.weights))
+        assert [a.tobytes() for a in masters] == _masters(model)

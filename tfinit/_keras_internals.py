@@ -17,6 +17,7 @@ import keras
 import tensorflow as tf
 from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import get_autocast_scope
+from tensorflow.python.ops import control_flow_v2_func_graphs
 from tensorflow.python.saved_model import save_context
 
 VERSIONS = f"Keras {keras.__version__}, TensorFlow {tf.__version__}"
@@ -172,6 +173,26 @@ def unset_object_method(obj, name):
     vars(obj).pop(name, None)
 
 
+def carry_weight_decay_exclusions(optimizer, variable_pairs):
+    # Public stand-in: `Optimizer.exclude_from_weight_decay(var_list=...)` replaces the
+    # exclusions (it cannot add one) and keys them by variable object; there is no public
+    # way to ask which variables were excluded.
+    """Exclude each ``new`` from ``optimizer``'s weight decay when ``old`` is excluded.
+
+    ``variable_pairs`` holds ``(old, new)`` variables; name patterns need no carrying (a
+    master's name is its paired variable's).
+    """
+    excluded = getattr(optimizer, "_exclude_from_weight_decay", None)
+    if not excluded:
+        return
+    keys = set(excluded)
+    for old, new in variable_pairs:
+        if optimizer._var_key(old) in excluded:
+            keys.add(optimizer._var_key(new))
+    optimizer._exclude_from_weight_decay = keys
+    optimizer._exclude_from_weight_decay_cache = {}
+
+
 # ------------------------------------------------------------------ TensorFlow
 
 
@@ -229,6 +250,21 @@ def maybe_merge_call(fn, strategy, *args):
     # Public stand-in: `ReplicaContext.merge_call`, which fails where no merge is needed.
     """Call ``fn(strategy, *args)`` in cross-replica context, merging only when needed."""
     return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
+
+
+def control_flow_outer_graph():
+    # Public stand-in: none; TensorFlow does not say whether code is being traced into the
+    # body of a tf.while_loop / tf.cond (a ControlFlowFuncGraph), nor which graph encloses it.
+    """The graph enclosing the ``tf.while_loop``/``tf.cond`` bodies being traced, or None."""
+    if tf.executing_eagerly():
+        return None
+    graph = tf.compat.v1.get_default_graph()
+    body = control_flow_v2_func_graphs.ControlFlowFuncGraph
+    if not isinstance(graph, body):
+        return None
+    while isinstance(graph, body):
+        graph = graph.outer_graph
+    return graph
 
 
 def is_trackable(obj):

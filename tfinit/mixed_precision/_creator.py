@@ -19,6 +19,7 @@ that layer object alone, when the scope exits.
 
 import contextlib
 import functools
+import inspect
 
 import keras
 
@@ -27,6 +28,7 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
 from tfinit.initializers import create_pair
 from tfinit.mixed_precision import _checkpoint, _pairs, _state, _variable
+from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
 from tfinit.mixed_precision._policy import PairPolicy
 from tfinit.parameter_info import ParameterInfo
 
@@ -75,7 +77,7 @@ def scope(mode="pseudo_fp16", compute_dtype="float16"):
         with _activated(state):
             yield
     finally:
-        _wrap_unbuilt_layers(state)
+        _adopt_constructed_layers(state)
 
 
 @contextlib.contextmanager
@@ -100,9 +102,12 @@ def _activated(state):
         _state.pop(state)
 
 
-def _wrap_unbuilt_layers(state):
-    """Make each layer constructed in ``state`` and not built yet build inside it."""
+def _adopt_constructed_layers(state):
+    """Each model constructed in ``state`` wraps a plain optimizer in ``compile``; each layer
+    constructed in it and not built yet builds inside it."""
     for layer in internals.layers_holding(state.policy):
+        if isinstance(layer, keras.Model):
+            _wrap_compile(layer)
         if layer.built:
             continue
         build = layer.build
@@ -117,6 +122,32 @@ def _wrap_unbuilt_layers(state):
             return result
 
         internals.set_object_method(layer, "build", build_in_scope)
+
+
+def _wrap_compile(model):
+    """``model.compile`` wraps a plain Keras optimizer in ``MasterWeightOptimizer``, as Keras's
+    ``compile`` wraps one in ``LossScaleOptimizer`` under ``mixed_float16``
+    (``auto_scale_loss=False``: a wrapper without loss scaling). A Keras
+    ``LossScaleOptimizer`` is left as given: its first step refuses the paired variables."""
+    if internals.has_object_method(model, "compile"):
+        return
+    compile_model = model.compile
+    signature = inspect.signature(compile_model)
+
+    @functools.wraps(compile_model)
+    def compile_with_masters(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        optimizer = bound.arguments.get("optimizer", "rmsprop")
+        if optimizer is not None:
+            optimizer = keras.optimizers.get(optimizer)
+            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                scaling = {} if bound.arguments.get("auto_scale_loss", True) else {
+                    "loss_scale": None}
+                optimizer = MasterWeightOptimizer(optimizer, **scaling)
+            bound.arguments["optimizer"] = optimizer
+        return compile_model(*bound.args, **bound.kwargs)
+
+    internals.set_object_method(model, "compile", compile_with_masters)
 
 
 def _defer_pairing(state, layer):
@@ -150,13 +181,16 @@ def _create(state, next_creator, **kwargs):
     if kwargs.get("variable_def") is not None or _state.active() is not state:
         # Only the innermost scope pairs (an outer scope's creator is further down the chain).
         return next_creator(**kwargs)
+    on_read = kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ
     trainable = kwargs.get("trainable")
     if trainable is None:
-        trainable = kwargs.get("synchronization") != tf.VariableSynchronization.ON_READ
-    if not trainable:
-        return next_creator(**kwargs)
+        trainable = not on_read
     initial_value = kwargs.get("initial_value")
     owner, initializer = internals.keras_variable_in_creation(initial_value)
+    if not trainable and not (state.spec.is_pseudo and owner is not None and not on_read):
+        # A layer's own non-trainable state (Normalization.adapt's statistics) is stored
+        # in fp32 too in pseudo_fp16: Keras asked for the 16-bit dtype.
+        return next_creator(**kwargs)
     requested = kwargs.get("dtype")
     value = None
     if requested is None:
@@ -193,9 +227,19 @@ def _create(state, next_creator, **kwargs):
     if owner is not None:
         _variable.adopt(owner)
         layer = internals.layer_being_built()
-        if layer is not None and state.spec.is_pseudo:
-            _checkpoint.install_layer_hooks(layer)
+        if layer is not None:
+            _keep_pair_policy(layer, state)
+            if state.spec.is_pseudo:
+                _checkpoint.install_layer_hooks(layer)
     return param
+
+
+def _keep_pair_policy(layer, state):
+    """A layer rebuilt from a config in a scope gets Keras's policy *name* (Keras's
+    ``Layer.from_config`` keeps a deserialized policy by its name); once its variables are
+    paired it carries the scope's policy again, so a file saved from it stays tfinit's."""
+    if not isinstance(layer.dtype_policy, PairPolicy):
+        layer.dtype_policy = state.policy
 
 
 def _fill_fp32(initializer, shape, tf):

@@ -3,13 +3,21 @@
 Per step (Caffe2's MultiPrecisionSgd generalised to any Keras optimizer): gradients of
 paired variables are cast to fp32 and unscaled, the inner optimizer updates the fp32
 masters (so its slots are fp32), and the 16-bit copies are re-cast from the masters.
+The inner optimizer sees each master as a Keras variable with the paired variable's name,
+path and constraint, so everything it keys or routes by variable (weight-decay exclusions,
+EMA, gradient accumulation, ``MultiOptimizer`` paths, Muon's and Adafactor's state) works
+as under Keras's mixed policies.
 
 Loss scaling (``loss_scale``):
+- ``"auto"`` (the default): ``"dynamic"`` when the model computes in float16, ``None`` when
+  it computes in bfloat16 (bfloat16 has float32's exponent range, as Keras's
+  ``mixed_bfloat16`` assumes).
 - ``"dynamic"``: Keras's LossScaleOptimizer constants: initial scale 2**15, doubled after
   2000 consecutive finite steps, halved on a non-finite step (no lower bound).
 - a float: a fixed scale. ``None``: no scaling.
-In every case a step with a non-finite gradient on any replica is skipped on all replicas:
-masters, copies and optimizer slots are left bit-identical.
+With scaling on, a step with a non-finite gradient on any replica is skipped on all
+replicas: masters, copies and optimizer slots are left bit-identical. Without scaling, every
+step is applied, as a plain Keras optimizer does.
 """
 
 import math
@@ -21,7 +29,7 @@ from keras import ops
 from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, dtype_name
-from tfinit.mixed_precision import _pairs
+from tfinit.mixed_precision import _pairs, _state, _variable
 
 INITIAL_SCALE = 2.0**15
 GROWTH_STEPS = 2000
@@ -37,50 +45,110 @@ def _values(grad):
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
+_AUTO = "auto"
+
+
+def _resolved_scaling(compute_dtypes):
+    """The loss scaling ``"auto"`` means for models computing in ``compute_dtypes``."""
+    if "float16" in compute_dtypes:
+        return "dynamic"
+    if compute_dtypes:
+        return None  # bfloat16 only
+    return _AUTO
+
+
 @keras.saving.register_keras_serializable(package="tfinit")
 class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables.
 
     It is a ``keras.optimizers.LossScaleOptimizer`` (it does the loss scaling), so
     ``Model.compile`` never wraps it in a second one, whatever the model's dtype policy.
+    Variables without a master (fp32 variables, normalization layers) are updated by the
+    inner optimizer directly; a 16-bit variable without a master is an error.
 
-    Use it in ``model.compile(optimizer=MasterWeightOptimizer(keras.optimizers.Adam()))``
-    or in a custom loop: ``loss = opt.scale_loss(loss)`` inside the tape, then
-    ``opt.apply_gradients(zip(grads, variables))``. Variables without a master (fp32
-    variables, normalization layers) are updated by the inner optimizer directly; a 16-bit
-    variable without a master is an error.
+    Args:
+        optimizer: the Keras 3 optimizer that updates the masters (its slots are fp32).
+        loss_scale: ``"auto"`` (dynamic for float16, none for bfloat16), ``"dynamic"``, a
+            finite positive number (a fixed scale), or ``None`` (no scaling).
+        name: the optimizer's name.
+
+    Raises:
+        TypeError: ``optimizer`` is not a Keras 3 optimizer.
+        ValueError: ``optimizer`` is already a loss-scale optimizer, or a bad ``loss_scale``.
+
+    Example:
+
+    >>> opt = MasterWeightOptimizer(keras.optimizers.Adam(1e-3))
+    >>> model.compile(optimizer=opt, loss="mse")        # fit scales and unscales the loss
+    >>> # a custom loop: loss = opt.scale_loss(loss) inside the tape, then
+    >>> # opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), ...))
     """
 
-    def __init__(self, optimizer, loss_scale="dynamic", name=None, **kwargs):
+    def __init__(self, optimizer, loss_scale=_AUTO, name=None, **kwargs):
         _backend.tensorflow("tfinit.mixed_precision.MasterWeightOptimizer")
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise TypeError(
-                "MasterWeightOptimizer wraps a Keras 3 optimizer (keras.optimizers.Optimizer, "
-                f"e.g. keras.optimizers.SGD(...)); got {type(optimizer).__module__}."
-                f"{type(optimizer).__name__}."
+                "MasterWeightOptimizer: argument `optimizer` must be a Keras 3 optimizer "
+                "(keras.optimizers.Optimizer, e.g. keras.optimizers.SGD(...)). Received: "
+                f"optimizer={type(optimizer).__module__}.{type(optimizer).__name__}"
             )
-        if isinstance(optimizer, (keras.optimizers.LossScaleOptimizer, MasterWeightOptimizer)):
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             raise ValueError(
-                "MasterWeightOptimizer does its own loss scaling: pass the inner optimizer "
-                f"instead of a {type(optimizer).__name__} (use loss_scale= to configure it)."
+                "MasterWeightOptimizer does its own loss scaling: argument `optimizer` must "
+                "be the inner optimizer (configure scaling with `loss_scale=`). Received: "
+                f"optimizer={type(optimizer).__name__}"
             )
-        if not (loss_scale is None or loss_scale == "dynamic"
+        if not (loss_scale is None or loss_scale in (_AUTO, "dynamic")
                 or (isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool)
                     and math.isfinite(loss_scale) and loss_scale > 0)):
             raise ValueError(
-                "MasterWeightOptimizer: argument `loss_scale` must be 'dynamic', None or a "
-                f"finite positive number. Received: loss_scale={loss_scale!r}"
+                "MasterWeightOptimizer: argument `loss_scale` must be 'auto', 'dynamic', "
+                f"None or a finite positive number. Received: loss_scale={loss_scale!r}"
             )
         if kwargs:
             raise ValueError(
                 f"MasterWeightOptimizer does not take {sorted(kwargs)}: set them on the "
                 "inner optimizer."
             )
-        initial = INITIAL_SCALE if loss_scale == "dynamic" else float(loss_scale or 1.0)
-        super().__init__(optimizer, initial_scale=initial, dynamic_growth_steps=GROWTH_STEPS,
-                         name=name)
+        super().__init__(optimizer, initial_scale=INITIAL_SCALE,
+                         dynamic_growth_steps=GROWTH_STEPS, name=name)
         self.loss_scale = loss_scale
-        self.dynamic = loss_scale == "dynamic"
+        # What the step does, once known: "dynamic", a fixed float, or None.
+        self._scaling = loss_scale
+        if loss_scale == _AUTO:
+            state = _state.active()
+            if state is not None:
+                self._scaling = _resolved_scaling({state.spec.compute_dtype})
+
+    # -- loss scaling -----------------------------------------------------------------
+    def _resolve_scaling(self, pairs=None):
+        """Fix ``"auto"`` for good: from the pairs, else the active scope, else the scopes
+        this process has entered; ``"dynamic"`` when they disagree (always correct)."""
+        if self._scaling != _AUTO:
+            return self._scaling
+        candidates = []
+        if pairs:
+            candidates.append({pair.spec.compute_dtype for pair in pairs})
+        state = _state.active()
+        if state is not None:
+            candidates.append({state.spec.compute_dtype})
+        candidates.append(_state.compute_dtypes_used())
+        for dtypes in candidates:
+            scaling = _resolved_scaling(dtypes)
+            if scaling != _AUTO:
+                self._scaling = scaling
+                return scaling
+        self._scaling = None  # no 16-bit variable anywhere: an fp32 model needs no scaling
+        return None
+
+    @property
+    def dynamic(self):
+        """Whether the loss scale is dynamic (``"auto"`` is resolved by the first step)."""
+        return self._resolve_scaling() == "dynamic"
+
+    def _initial_scale(self):
+        scaling = self._resolve_scaling()
+        return INITIAL_SCALE if scaling == "dynamic" else float(scaling or 1.0)
 
     # -- building ---------------------------------------------------------------------
     def _targets(self, variables):
@@ -89,7 +157,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         for variable in variables:
             pair = _pairs.pair_of(variable)
             if pair is not None:
-                targets.append(pair.master)
+                targets.append(_variable.master_variable(pair))
                 pairs.append(pair)
                 continue
             own_dtype = dtype_name(_pairs.backend_variable(variable).dtype)
@@ -104,14 +172,18 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         return targets, pairs
 
     def build(self, var_list):
-        targets, _ = self._targets(var_list)
+        targets, pairs = self._targets(var_list)
+        self._resolve_scaling(pairs)
         self.step_counter = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation="only_first_replica",
             name="step_counter")
-        scale = INITIAL_SCALE if self.dynamic else float(self.loss_scale or 1.0)
         self.dynamic_scale = self.add_variable(
-            shape=(), dtype="float32", initializer=keras.initializers.Constant(scale),
+            shape=(), dtype="float32",
+            initializer=keras.initializers.Constant(self._initial_scale()),
             aggregation="only_first_replica", name="dynamic_scale")
+        internals.carry_weight_decay_exclusions(
+            self.inner_optimizer,
+            [(v, t) for v, t in zip(var_list, targets) if v is not t])
         self.inner_optimizer.build(targets)
         # Not LossScaleOptimizer.build: the inner optimizer is built for the masters above.
         keras.optimizers.Optimizer.build(self, var_list)
@@ -123,10 +195,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     # -- the step ---------------------------------------------------------------------
     def scale_loss(self, loss):
         """Multiply the loss by the current loss scale (call inside the gradient tape)."""
-        if self.loss_scale is None:
+        if self._resolve_scaling() is None:
             return loss
-        scale = self.dynamic_scale if self.built else (
-            INITIAL_SCALE if self.dynamic else self.loss_scale)
+        scale = self.dynamic_scale if self.built else self._initial_scale()
         return ops.multiply(loss, ops.cast(scale, keras.backend.standardize_dtype(loss.dtype)))
 
     def apply(self, grads, trainable_variables=None):
@@ -144,11 +215,14 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
             self.built = True
         targets, pairs = self._targets(trainable_variables)
         self._check_strategy(trainable_variables, targets)
-        grads = self._unscale(grads)
+        grads = self._unscale(grads, targets)
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
             raise ValueError("MasterWeightOptimizer.apply must be called in a replica context "
                              "(inside strategy.run).")
-        if internals.strategy_supports_no_merge_call():
+        if self._resolve_scaling() is None:
+            # No loss scaling, no skipped steps: as a plain Keras optimizer (mixed_bfloat16).
+            self._finite_step(grads, targets, pairs)
+        elif internals.strategy_supports_no_merge_call():
             finite = self._all_replicas_finite(grads)
             ops.cond(finite, lambda: self._finite_step(grads, targets, pairs),
                      self._non_finite_step)
@@ -194,14 +268,17 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                     "`with strategy.scope(), tfinit.mixed_precision.scope(...):`."
                 )
 
-    def _unscale(self, grads):
-        scale = None if self.loss_scale is None else ops.convert_to_tensor(self.dynamic_scale)
+    def _unscale(self, grads, targets):
+        scaling = self._resolve_scaling()
+        scale = None if scaling is None else ops.convert_to_tensor(self.dynamic_scale)
         out = []
-        for grad in grads:
+        for grad, target in zip(grads, targets):
             if grad is not None:
                 grad = _map_values(grad, lambda g: tf.cast(g, tf.float32)
                                    if g.dtype.name in COMPUTE_DTYPES else g)
-                if scale is not None:
+                # As Keras's LossScaleOptimizer: a variable overwritten with its gradient
+                # (float8 scales) takes the gradient as it is.
+                if scale is not None and not getattr(target, "overwrite_with_gradient", False):
                     grad = _map_values(grad, lambda g: g / tf.cast(scale, g.dtype))
             out.append(grad)
         return out

@@ -21,11 +21,13 @@ backend_variable = internals.backend_variable
 class Pair:
     """A pair's ParameterInfo with its spec: which variable is the master, which the copy."""
 
-    __slots__ = ("info", "spec")
+    __slots__ = ("info", "spec", "master_variable")
 
     def __init__(self, info, spec):
         self.info = info
         self.spec = spec
+        #: the master as the Keras variable an optimizer updates (``_variable.master_variable``)
+        self.master_variable = None
 
     @property
     def master(self):

@@ -6,6 +6,7 @@ import threading
 from tfinit._precision import PairSpec
 
 _local = threading.local()
+_compute_dtypes_used = set()  # every thread's: a model built in one thread may train in another
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,7 +31,13 @@ def active():
 
 
 def push(state):
+    _compute_dtypes_used.add(state.spec.compute_dtype)
     _stack().append(state)
+
+
+def compute_dtypes_used():
+    """The compute dtypes of every scope this process has entered."""
+    return set(_compute_dtypes_used)
 
 
 def pop(state):

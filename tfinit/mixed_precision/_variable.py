@@ -1,19 +1,29 @@
-"""``PairedVariable``: the Keras variable of a pair, with master-aware writes.
+"""The Keras variables of a pair: ``PairedVariable`` (what layers hold) and ``MasterVariable``
+(what the optimizer inside ``MasterWeightOptimizer`` updates).
 
-Reads are Keras's own: ``numpy()``, ``np.asarray``, ``keras.ops.convert_to_numpy``,
-``tf.convert_to_tensor``, ``value`` and ``get_weights`` give the variable's own dtype and
-value (16-bit in pseudo_fp16, fp32 in reverse). Writes reach the master:
+The rule: a layer *computes* with the 16-bit copy; everything that *stores, regularizes,
+constrains, decays or optimizes* a weight uses the fp32 master, as Keras's mixed policies do.
 
-- an fp32 (or wider) value sets the master exactly and re-casts the copy;
-- in pseudo_fp16, a 16-bit value leaves the master of every element whose 16-bit value it
-  does not change (so ``set_weights(get_weights())`` is lossless) and sets the others to
-  the exact widening of the new value;
-- ``assign_add``/``assign_sub`` add to the master in fp32.
+``PairedVariable`` reads are Keras's own: ``numpy()``, ``np.asarray``,
+``keras.ops.convert_to_numpy``, ``tf.convert_to_tensor``, ``value`` and ``get_weights`` give the
+variable's own dtype and value (16-bit in pseudo_fp16, fp32 in reverse). Beyond that:
 
-Reads inside a layer call: in reverse mode, under Keras's autocast, the cached 16-bit copy
-instead of a cast of the fp32 variable on every read (the gradient reaches the fp32
-variable); in pseudo_fp16, the 16-bit variable whose gradient comes back in fp32, so a
-weight read many times has its contributions summed in fp32, as Keras's own cast does.
+- writes reach the master: an fp32 (or wider) value sets the master exactly and re-casts the
+  copy; in pseudo_fp16 a 16-bit value leaves the master of every element whose 16-bit value it
+  does not change (so ``set_weights(get_weights())`` is lossless) and sets the others to the
+  exact widening; ``assign_add``/``assign_sub`` add to the master in fp32;
+- reads inside a layer call: in pseudo_fp16 the 16-bit variable, whose gradient comes back in
+  fp32 (so a weight read many times has its contributions summed in fp32, as Keras's cast
+  does); inside a ``tf.while_loop`` or ``tf.cond`` body (recurrent layers) the read is made
+  outside the body in fp32 and cast inside it, so the loop accumulates the gradient in fp32,
+  as Keras's cast of an fp32 variable does. In reverse, under Keras's autocast, the cached
+  16-bit copy instead of a cast on every read (the gradient reaches the fp32 variable);
+- ``regularizer``: the penalty is computed on the fp32 master (its gradient reaches the
+  variable in fp32), as Keras's mixed policies compute it on the fp32 variable;
+- ``overwrite_with_gradient``: read by every Keras optimizer before it touches a variable; a
+  paired variable refuses it, because a plain optimizer would update the variable without
+  its master (pseudo_fp16) or behind its cached copy (reverse). ``MasterWeightOptimizer``
+  gives its optimizer the ``MasterVariable`` instead.
 """
 
 import keras
@@ -24,6 +34,16 @@ from tfinit import _keras_internals as internals
 from tfinit.mixed_precision import _pairs
 
 
+def _plain_optimizer_error(variable):
+    return ValueError(
+        f"Variable {_pairs.variable_label(variable)!r} has an fp32 master (it was built in "
+        "tfinit.mixed_precision.scope), and a plain Keras optimizer would update it without "
+        "that master. Wrap the optimizer: `model.compile(optimizer=tfinit.mixed_precision."
+        "MasterWeightOptimizer(keras.optimizers.Adam(...)))`, or in a custom loop "
+        "`optimizer = tfinit.mixed_precision.MasterWeightOptimizer(optimizer)`."
+    )
+
+
 class PairedVariable(internals.HookedKerasVariable):
     """A Keras variable with an fp32 master (see the module docstring)."""
 
@@ -32,16 +52,48 @@ class PairedVariable(internals.HookedKerasVariable):
         if pair is None:
             return None
         if pair.spec.is_pseudo:
-            # The 16-bit variable itself, but each read's gradient comes back in fp32, so
-            # autodiff sums a shared weight's contributions in fp32, as Keras's cast does.
-            return _read(tf_var, tf_var, tf.float32)
+            outer = internals.control_flow_outer_graph()
+            if outer is None:
+                # The 16-bit variable itself; each read's gradient comes back in fp32.
+                return _read(tf_var, None, tf.float32)
+            # A gradient in fp32 for a 16-bit variable cannot meet the loop's 16-bit
+            # accumulator: read the exact fp32 widening outside the body, cast it inside.
+            with outer.as_default():
+                wide = _read(tf_var, tf.cast(tf_var, tf.float32), tf.float32)
+            return tf.cast(wide, tf_var.dtype)
         if autocast_dtype is None or tf.as_dtype(autocast_dtype) != pair.copy.dtype:
             return None
         if internals.in_saved_model_save():
             # tf.saved_model.save traces its signatures here: Keras's cast, no copy capture.
             return None
-        return _read(tf_var, pair.copy, tf_var.dtype)
+        return _read(tf_var, pair.copy.read_value(), tf_var.dtype)
 
+    # -- what stores, regularizes and optimizes sees the master ------------------------
+    @property
+    def regularizer(self):
+        penalty = keras.Variable.regularizer.fget(self)
+        pair = _pairs.pair_of(self)
+        if penalty is None or pair is None or not pair.spec.is_pseudo:
+            return penalty
+        return _MasterPenalty(penalty, self)
+
+    @regularizer.setter
+    def regularizer(self, value):
+        keras.Variable.regularizer.fset(self, value)
+
+    @property
+    def overwrite_with_gradient(self):
+        if keras.Variable.overwrite_with_gradient.fget(self):
+            return True  # Keras's float8 scales: overwritten, never paired-updated
+        if _pairs.pair_of(self) is not None:
+            raise _plain_optimizer_error(self)
+        return False
+
+    @overwrite_with_gradient.setter
+    def overwrite_with_gradient(self, value):
+        keras.Variable.overwrite_with_gradient.fset(self, value)
+
+    # -- writes -----------------------------------------------------------------------
     def assign(self, value):
         pair = _pairs.pair_of(self)
         value = _as_tensor(value)
@@ -72,24 +124,97 @@ class PairedVariable(internals.HookedKerasVariable):
         return self.value
 
 
-def _read(param, source, grad_dtype):
-    """``source``'s value, with the gradient routed to ``param`` and cast to ``grad_dtype``."""
+class MasterVariable(keras.Variable):
+    """The fp32 master of a pair as the Keras variable an optimizer updates.
+
+    It wraps the master ``tf.Variable`` itself (no second buffer) and answers for the paired
+    variable everywhere an optimizer keys or routes by it: ``name`` and ``path`` are the paired
+    variable's (so ``MultiOptimizer`` routes, ``Muon``'s exclusions and weight-decay name
+    patterns match as under Keras's mixed policies), and its ``constraint`` and
+    ``overwrite_with_gradient`` are the paired variable's.
+    """
+
+    def __init__(self, paired, master, **kwargs):
+        self._paired = paired
+
+        def existing(next_creator, **_):
+            return master
+
+        with tf.variable_creator_scope(existing):
+            super().__init__(initializer="zeros", shape=master.shape, dtype="float32",
+                             trainable=True, autocast=False, name=_short_name(paired),
+                             **kwargs)
+
+    @property
+    def path(self):
+        return getattr(self._paired, "path", None) or self.name
+
+    @property
+    def constraint(self):
+        return getattr(self._paired, "constraint", None)
+
+    @constraint.setter
+    def constraint(self, value):
+        if value is not None:
+            raise ValueError("Set the constraint on the layer's variable, not on its master.")
+
+    @property
+    def overwrite_with_gradient(self):
+        if isinstance(self._paired, keras.Variable):
+            return keras.Variable.overwrite_with_gradient.fget(self._paired)
+        return False
+
+    @overwrite_with_gradient.setter
+    def overwrite_with_gradient(self, value):
+        if value:
+            raise ValueError("Set overwrite_with_gradient on the layer's variable.")
+
+
+def master_variable(pair):
+    """The :class:`MasterVariable` of ``pair`` (made once, on first use)."""
+    if pair.master_variable is None:
+        with tf.init_scope():
+            pair.master_variable = MasterVariable(pair.info.param, pair.master)
+    return pair.master_variable
+
+
+def _short_name(variable):
+    name = getattr(variable, "name", None) or "Variable"
+    name = name.split("/")[-1]
+    return name[:-2] if name.endswith(":0") else name
+
+
+class _MasterPenalty:
+    """A layer's regularizer applied to the fp32 master of a pseudo_fp16 variable."""
+
+    def __init__(self, penalty, variable):
+        self.penalty = penalty
+        self.variable = variable
+
+    def __call__(self, x):
+        pair = _pairs.pair_of(self.variable)
+        if x is self.variable and pair is not None:
+            tf_var = _pairs.backend_variable(self.variable)
+            x = _read(tf_var, pair.master.read_value(), tf.float32)
+        return self.penalty(x)
+
+    def get_config(self):
+        return self.penalty.get_config()
+
+
+def _read(param, value, grad_dtype):
+    """``value`` (``param``'s own value when None) in the forward pass; its gradient goes to
+    ``param``, cast to ``grad_dtype``."""
+    param_value = tf.convert_to_tensor(param)
 
     @tf.custom_gradient
-    def read(param_value):
-        def grad(upstream, variables=None):
-            cast = tf.cast(upstream, grad_dtype)
-            return (cast, [None] * len(variables)) if variables else cast
+    def read(param_value, value):
+        def grad(upstream):
+            return tf.cast(upstream, grad_dtype), None
 
-        if source is param:
-            value = param_value
-        elif hasattr(source, "read_value"):
-            value = source.read_value()
-        else:
-            value = tf.convert_to_tensor(source)
         return tf.identity(value), grad
 
-    return read(tf.convert_to_tensor(param))
+    return read(param_value, param_value if value is None else value)
 
 
 def _as_tensor(value):
