@@ -578,3 +578,49 @@ def test_policy_survives_three_generations_of_files(mode, compute_dtype, tmp_pat
         assert all(isinstance(layer.dtype_policy, mp.PairPolicy)
                    for layer in model.layers if _pairs.pairs_of(layer.weights))
         assert [a.tobytes() for a in masters] == _masters(model)
+
+
+@pytest.mark.parametrize("mode, compute_dtype", SPECS)
+def test_bidirectional_lstm_trains_in_fit_with_jit(mode, compute_dtype):
+    x = np.random.default_rng(2).normal(size=(8, 5, 3)).astype("f4")
+    y = np.random.default_rng(3).normal(size=(8, 1)).astype("f4")
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        model = keras.Sequential([keras.Input((5, 3)),
+                                  keras.layers.Bidirectional(keras.layers.LSTM(4)),
+                                  keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", jit_compile=True)
+    before = _masters(model)
+    history = model.fit(x, y, epochs=3, batch_size=8, verbose=0)
+    changed = [a != b for a, b in zip(before, _masters(model))]
+    assert all(changed) and history.history["loss"][-1] < history.history["loss"][0]
+    _assert_copies_synced(model)
+
+
+@pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
+def test_a_caffe2_char_rnn_converted_in_a_scope_trains_in_graph_mode(compute_dtype):
+    import caffe2_nets as nets
+    from tfinit.caffe2 import to_keras
+
+    folder = nets.realmodels_dir()
+    ref = np.load(folder / "char_rnn_forward.npz", allow_pickle=False)
+    names = ("input_blob", "hidden_init", "cell_init", "seq_lengths")
+    with mp.scope("pseudo_fp16", compute_dtype=compute_dtype):
+        model = to_keras(folder / "char_rnn_predict_net.pb", folder / "char_rnn_init_net.pb",
+                         {n: ref[f"input/{n}"].shape[1:] for n in names})
+    feed = [ref[f"input/{n}"] for n in names]
+    optimizer = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.cast(model(feed)[3], tf.float32) ** 2)
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    before = _masters(model)
+    losses = [float(step()) for _ in range(3)]
+    assert losses[-1] < losses[0]
+    assert all(a != b for a, b in zip(before, _masters(model)))
+    _assert_copies_synced(model)

@@ -3,13 +3,21 @@
 - ``scope(mode, compute_dtype)``: pair the variables of layers constructed inside with fp32
   masters, whenever those layers build.
 - ``parameter_info(variable)``: the ``ParameterInfo`` (param + ``blob_copy``) of a pair.
-- ``MasterWeightOptimizer(optimizer, loss_scale="dynamic")``: update masters, re-cast copies.
+- ``MasterWeightOptimizer(optimizer, loss_scale="auto")``: update masters, re-cast copies
+  (``"auto"``: dynamic loss scaling for float16, none for bfloat16, as Keras's mixed policies).
 - ``get_master_weights`` / ``set_master_weights``: the master-aware ``get/set_weights``.
 - ``save_weights(model, path, dtype=None)``: a plain Keras ``.weights.h5`` in one dtype.
 - ``EarlyStopping``: restores the best masters exactly.
 - ``sync_copies(model_or_variables)``: re-cast copies from masters by hand.
 - ``Caffe2MomentumSGD``: Caffe2's MomentumSGDUpdate rule bit for bit (MultiPrecisionSgd when
   wrapped in MasterWeightOptimizer).
+
+The rule: a layer computes with the 16-bit copy; everything that stores, regularizes,
+constrains, decays, averages or optimizes a weight uses its fp32 master, as Keras's mixed
+policies do (penalties, constraints, the optimizer's state keyed by variable, a layer's own
+non-trainable state, configs and files). ``compile`` on a model constructed in a scope wraps a
+plain optimizer in ``MasterWeightOptimizer``; a plain optimizer reaching paired variables any
+other way is refused at its first step.
 
 Reads of a paired variable (``numpy()``, ``np.asarray``, ``get_weights`` ...) give its own
 dtype and value. Every save format keeps the masters: ``tf.train.Checkpoint`` stores a
