@@ -40,10 +40,13 @@ def run(mode, rows=ROWS):
     return [dict(_MEASURED[(mode, key)]) for key in rows]
 
 
-SIZES = {  # width, global batch, steps per call, repeats of the custom loop, of fit
-    "smoke": (32, 16, 2, 2, 2),
-    "quick": (256, 64, 5, 31, 11),
-    "full": (1024, 256, 10, 31, 15),
+SIZES = {  # width, global batch, steps per call of the custom loop and of fit, repeats of each
+    # fit's steps per call (one epoch) are many: an epoch's fixed cost (iterator, callbacks,
+    # about 0.6 s here) varies by +-15 % with the machine's load, and at 5 steps it was most of
+    # the call, so the fit row's ratio swung from 0.80 to 1.16 between runs (FINDINGS.md).
+    "smoke": (32, 16, 2, 2, 2, 2),
+    "quick": (256, 64, 5, 40, 31, 15),
+    "full": (1024, 256, 10, 80, 31, 15),
 }
 
 
@@ -63,10 +66,10 @@ def _measure(mode, keys=ROWS):
     from tfinit import mixed_precision as mp
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    width, batch, steps, loop_repeats, fit_repeats = SIZES[mode]
+    width, batch, steps, fit_steps, loop_repeats, fit_repeats = SIZES[mode]
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(batch * steps, width)).astype(np.float32)
-    y = rng.normal(size=(batch * steps, 1)).astype(np.float32)
+    x = rng.normal(size=(batch * max(steps, fit_steps), width)).astype(np.float32)
+    y = rng.normal(size=(batch * max(steps, fit_steps), 1)).astype(np.float32)
 
     def model():
         return keras.Sequential([keras.Input((width,))] + [
@@ -92,7 +95,8 @@ def _measure(mode, keys=ROWS):
             keras.config.set_dtype_policy(previous)
         return m, opt
 
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (x[:batch * steps], y[:batch * steps])).batch(batch, drop_remainder=True)
     batches = list(strategy.experimental_distribute_dataset(dataset))
 
     def loop(m, opt):
@@ -109,9 +113,10 @@ def _measure(mode, keys=ROWS):
     def fit(m, opt):
         with strategy.scope():
             m.compile(opt, "mse")
-        return lambda: m.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        xf, yf = x[:batch * fit_steps], y[:batch * fit_steps]
+        return lambda: m.fit(xf, yf, batch_size=batch, epochs=1, shuffle=False, verbose=0)
 
-    extra = {"steps_per_call": steps, "shape": f"4 Dense, width {width}, global batch {batch}",
+    extra = {"shape": f"4 Dense, width {width}, global batch {batch}",
              "replicas": strategy.num_replicas_in_sync}
     contenders = {
         "loop_pseudo": ("custom loop, pseudo_fp16", lambda: tfinit_setup("pseudo_fp16"), loop),
@@ -125,7 +130,8 @@ def _measure(mode, keys=ROWS):
         repeats = fit_repeats if make is fit else loop_repeats
         rows.append(compare(f"MirroredStrategy x2 {label} + MasterWeightOptimizer(Adam) vs "
                             "mixed_float16 + LossScaleOptimizer(Adam)",
-                            ours, baseline, repeats, **extra))
+                            ours, baseline, repeats,
+                            steps_per_call=fit_steps if make is fit else steps, **extra))
     return rows
 
 

@@ -8,7 +8,7 @@ Keras's own ``fit`` writes it (``scale_loss`` inside the tape, ``apply`` after):
   ``"reverse"`` mode (fp32 variables, cached 16-bit copies) in rows of their own;
 - ``baseline``: Keras's ``mixed_<dtype>`` policy (fp32 variables cast on every read) and,
   for float16, ``LossScaleOptimizer(Adam)`` as ``compile`` wraps it; bfloat16 needs no loss
-  scaling in Keras, nor in ours (``loss_scale=None``);
+  scaling in Keras, nor in ours (``MasterWeightOptimizer``'s default for bfloat16);
 - ``fp32``: everything in float32, plain Adam.
 
 Models: ``mlp`` (``depth`` Dense layers) and ``reuse`` (one Dense applied ``REUSE`` times per
@@ -76,10 +76,9 @@ def build_in_mode(mode, compute_dtype, builder):
 def wrap_optimizer(mode, compute_dtype, inner):
     """What trains ``mode``: MasterWeightOptimizer for tfinit, LossScaleOptimizer for Keras's
     mixed_float16 (as ``compile`` wraps it), the plain optimizer otherwise."""
-    float16 = compute_dtype == "float16"
     if mode in ("pseudo_fp16", "reverse"):
-        return mp.MasterWeightOptimizer(inner, loss_scale="dynamic" if float16 else None)
-    if mode == "keras_mixed" and float16:
+        return mp.MasterWeightOptimizer(inner)  # "auto": dynamic for float16, off for bfloat16
+    if mode == "keras_mixed" and compute_dtype == "float16":
         return keras.optimizers.LossScaleOptimizer(inner)
     return inner
 

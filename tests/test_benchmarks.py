@@ -112,7 +112,9 @@ def test_comparisons_give_each_ratio_its_target(results):
     rows = results[0]["sections"]["comparisons"]
     names = [r["name"] for r in rows]
     assert any("pseudo_fp16 vs mixed_float16" in n and n.startswith("MLP") for n in names)
-    assert any("vs mixed_bfloat16" in n for n in names)
+    for mode in ("pseudo_fp16", "reverse"):
+        assert any(f"{mode} bfloat16 vs mixed_bfloat16" in n for n in names), mode
+    assert any("reverse vs mixed_float16" in n for n in names)
     assert sum(n.startswith("MirroredStrategy x2") for n in names) == 2
     for row in rows:
         assert row["within_target"] == (row["ratio"] <= row["target"]), row
@@ -199,10 +201,28 @@ def test_op_profile_attributes_the_finite_check_to_tfinit(capsys):
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 5 and cells[0].startswith(("op:", "step")):
             rows[cells[0]] = [float(c) for c in cells[1:]]
-    assert rows["op:MatMul"][2] == rows["op:MatMul"][3] == 8  # 3 Dense: 2 + 3 * 2 MatMuls
-    assert rows["op:MatMul"][0] > 0 and rows["op:MatMul"][1] > 0
+    # oneDNN builds on CPUs with AVX512 run TensorFlow's MatMul as _MklMatMul.
+    matmul = rows.get("op:MatMul") or rows["op:_MklMatMul"]
+    assert matmul[2] == matmul[3] == 8  # 3 Dense: 2 + 3 * 2 MatMuls
+    assert matmul[0] > 0 and matmul[1] > 0
     assert rows["op:Sum"][2] == 0 and rows["op:Sum"][3] >= 6  # one sum per gradient
     assert rows["step"][0] > 0 and rows["step"][1] > 0
+
+
+def test_op_profile_bfloat16_has_no_finite_check_on_either_side(capsys):
+    """bfloat16: MasterWeightOptimizer's default is no loss scaling and no finiteness check,
+    as Keras's mixed_bfloat16: no reduction of the gradients on either side."""
+    from benchmarks import profile_ops
+
+    assert profile_ops.main(["--dtype", "bfloat16", "--width", "16", "--batch", "8",
+                             "--rounds", "1", "--top", "100"]) == 0
+    ops = set()
+    for line in capsys.readouterr().out.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("op:"):
+            ops.add(cells[0])
+            assert cells[0] not in ("op:Sum", "op:IsFinite", "op:All"), cells
+    assert "op:MatMul" in ops or "op:_MklMatMul" in ops
 
 
 def test_markdown_table_lists_union_of_columns():
