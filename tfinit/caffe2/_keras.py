@@ -9,7 +9,8 @@ Caffe2 names a layer's parameters ``<prefix>_w`` / ``<prefix>_b`` (SpatialBN:
 * an FC reading a conv output that Keras flattened channels-last gets its columns
   reordered from Caffe2's C,H,W flatten order to H,W,C;
 * BatchNormalization gamma/beta/moving_mean/moving_variance = ``_s``/``_b``/``_rm``/``_riv``;
-* tfinit's Caffe2LSTM recurrent_kernel = the step FC weight ``[4H, H]`` transposed.
+* tfinit's Caffe2LSTM recurrent_kernel = the step FC weight ``[4H, H]`` transposed;
+* tfinit's Caffe2Broadcast weight = the Mul/Add parameter, in the model's layout.
 
 Values are assigned as the float32 arrays they are: a 16-bit variable with an fp32
 master (tfinit's mixed-precision scopes) gets the master set exactly.
@@ -25,6 +26,7 @@ import numpy as np
 
 from tfinit import _fans
 from tfinit.caffe2._fill import load_init_net
+from tfinit.caffe2._layers import Caffe2Broadcast
 from tfinit.caffe2._lstm import Caffe2LSTM
 
 _CONV = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
@@ -34,6 +36,7 @@ _SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
     ((keras.layers.BatchNormalization,),
      (("gamma", "_s"), ("beta", "_b"), ("moving_mean", "_rm"), ("moving_variance", "_riv"))),
     ((Caffe2LSTM,), (("recurrent_kernel", "_w"), ("bias", "_b"))),
+    ((Caffe2Broadcast,), (("weight", ""),)),
 )
 _FC_WEIGHTS = {keras.layers.Dense: "kernel", Caffe2LSTM: "recurrent_kernel"}
 
@@ -189,6 +192,14 @@ def _blob_names(layer, slots, name_map):
 
 
 def _convert(layer, attr, value, flattened_from):
+    if isinstance(layer, Caffe2Broadcast):
+        if value.size != math.prod(layer.shape):
+            raise ValueError(
+                f"load_into_keras: Caffe2Broadcast layer '{layer.name}' needs a blob of "
+                f"{math.prod(layer.shape)} values (shape {layer.caffe2_shape}), got shape "
+                f"{value.shape}."
+            )
+        return layer.weight_from_caffe2(value)
     fc_weight = next((a for cls, a in _FC_WEIGHTS.items() if isinstance(layer, cls)), None)
     if attr != "kernel" and attr != fc_weight:
         return value
