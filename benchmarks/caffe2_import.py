@@ -201,54 +201,62 @@ def _memory_row(label, path, file_bytes, values):
     }
 
 
-def run(mode):
-    """Rows for the benchmark table (``mode``: full, quick, smoke)."""
+def _load_rows(label, path, shapes, repeats):
+    """``load_init_net`` vs a bare protobuf parse of the file, and its peak memory."""
+    from tfinit.caffe2 import load_init_net
+    from tfinit.caffe2._netdef import _PB
+
+    file_bytes = write_init_net(path, shapes)
+    values = sum(int(np.prod(s)) for _, s in shapes)
+
+    def bare_parse():
+        net = _PB["NetDef"]()
+        net.ParseFromString(path.read_bytes())
+        return net
+
+    return [compare(f"{label}: load_init_net vs bare protobuf parse",
+                    lambda: load_init_net(path), bare_parse, repeats, warmup=0, target=1.3,
+                    params_m=round(values / 1e6, 2), file_mb=round(file_bytes / 1e6, 1)),
+            _memory_row(label, path, file_bytes, values)]
+
+
+def _to_keras_row(label, path, shapes, image, repeats):
+    """``to_keras`` of VGG-19 vs ``load_init_net`` + the Keras layers by hand."""
     import keras
 
     from tfinit.caffe2 import load_init_net, to_keras
-    from tfinit.caffe2._netdef import _PB
 
+    predict = vgg19_predict_net(shapes)
+
+    def ours():
+        return to_keras(predict, path, (3, image, image))
+
+    def by_hand():
+        params = load_init_net(path)
+        model = vgg19_by_hand(shapes, image)
+        set_weights_by_hand(model, params)
+        return model
+
+    x = np.random.default_rng(0).standard_normal((1, 3, image, image), dtype=np.float32)
+    agree = float(np.abs(np.asarray(ours()(x)) - np.asarray(by_hand()(x))).max())
+    keras.backend.clear_session()
+    row = compare(f"{label}: to_keras vs load_init_net + Keras layers by hand + set_weights",
+                  ours, by_hand, repeats, warmup=0, target=1.5, outputs_max_abs_diff=agree)
+    keras.backend.clear_session()
+    return row
+
+
+def run(mode):
+    """Rows for the benchmark table (``mode``: full, quick, smoke)."""
     div, image, repeats = SIZES[mode]
+    suffix = "" if div == 1 else f" /{div}"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, shapes in [("VGG-19", vgg19_shapes(div, image)),
-                              ("ResNet-50", resnet50_shapes(div))]:
-            label = label if div == 1 else f"{label} /{div}"
-            path = Path(tmp) / "init_net.pb"
-            file_bytes = write_init_net(path, shapes)
-            values = sum(int(np.prod(s)) for _, s in shapes)
-
-            def bare_parse():
-                net = _PB["NetDef"]()
-                net.ParseFromString(path.read_bytes())
-                return net
-
-            rows.append(compare(f"{label}: load_init_net vs bare protobuf parse",
-                                lambda: load_init_net(path), bare_parse, repeats,
-                                warmup=0, target=1.3, params_m=round(values / 1e6, 2)))
-            rows.append(_memory_row(label, path, file_bytes, values))
-            if label.startswith("VGG"):
-                predict = vgg19_predict_net(shapes)
-
-                def by_hand():
-                    params = load_init_net(path)
-                    model = vgg19_by_hand(shapes, image)
-                    set_weights_by_hand(model, params)
-                    return model
-
-                x = np.random.default_rng(0).standard_normal((1, 3, image, image),
-                                                            dtype=np.float32)
-                ours, hand = to_keras(predict, path, (3, image, image)), by_hand()
-                agree = float(np.abs(np.asarray(ours(x)) - np.asarray(hand(x))).max())
-                del ours, hand
-                keras.backend.clear_session()
-                rows.append(compare(f"{label}: to_keras vs load_init_net + Keras layers by "
-                                    "hand + set_weights",
-                                    lambda: to_keras(predict, path, (3, image, image)),
-                                    by_hand, repeats, warmup=0, target=1.5,
-                                    outputs_max_abs_diff=agree))
-                keras.backend.clear_session()
-            path.unlink()
+        path = Path(tmp) / "init_net.pb"
+        shapes = vgg19_shapes(div, image)
+        rows += _load_rows("VGG-19" + suffix, path, shapes, repeats)
+        rows.append(_to_keras_row("VGG-19" + suffix, path, shapes, image, repeats))
+        rows += _load_rows("ResNet-50" + suffix, path, resnet50_shapes(div), repeats)
     return rows
 
 

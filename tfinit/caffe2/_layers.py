@@ -1,9 +1,9 @@
 """Keras layers for Caffe2 semantics that Keras's built-in layers lack.
 
 Each is registered as ``"tfinit>ClassName"`` (``Caffe2Pooling2D``, ``Caffe2ChannelShuffle``,
-``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``): a ``.keras`` file
-using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is used, so they run on
-any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
+``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``, ``Caffe2Broadcast``):
+a ``.keras`` file using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is
+used, so they run on any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
 """
 
 import math
@@ -15,7 +15,8 @@ import keras
 class Caffe2Pooling2D(keras.layers.Layer):
     """Caffe2's MaxPool/AveragePool with explicit pads on an NHWC tensor.
 
-    Output size ``floor((H + pad_t + pad_b - k) / stride) + 1``; padded cells are
+    Output size ``floor((H + pad_t + pad_b - k) / stride) + 1`` (Caffe's ceil mode,
+    ``legacy_pad=3``, is this with the tail pads it computes); padded cells are
     ignored: max pads with -inf, average divides by the number of real cells
     (Caffe2's default ``count_include_pad=0``).
     """

@@ -223,8 +223,8 @@ def fc_weight_2d(op, w, w_blob):
     """The FC weight as Caffe2 uses it: ``[prod(dims[:axis_w]), prod(dims[axis_w:])]``."""
     axis_w = op.args.get("axis_w", 1)
     if not isinstance(axis_w, int) or not -w.ndim <= axis_w < max(w.ndim, 1):
-        raise ValueError(f"Argument `axis_w` must be an int in [-{w.ndim}, {w.ndim}) for "
-                         f"weight '{w_blob}' of shape {w.shape}. Received: axis_w={axis_w!r}")
+        raise Unsupported(f"FC axis_w={axis_w!r} (weight '{w_blob}' of shape "
+                          f"{tuple(w.shape)} takes an int in [-{w.ndim}, {w.ndim}))")
     axis_w %= w.ndim
     return w.reshape(math.prod(w.shape[:axis_w]), math.prod(w.shape[axis_w:]))
 
