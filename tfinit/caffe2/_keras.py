@@ -89,9 +89,12 @@ def fc_kernel(w, flattened_from=None):
     """
     if flattened_from is None:
         return _fans.to_keras_layout(w)
-    order = np.arange(math.prod(flattened_from)).reshape(flattened_from)
-    order = order.transpose(*range(1, len(flattened_from)), 0).reshape(-1)
-    return w[:, order].T
+    out, channels = w.shape[0], flattened_from[0]
+    kernel = np.empty((math.prod(flattened_from[1:]), channels, out), w.dtype)
+    for start in range(0, out, 128):  # by blocks of outputs, so the transpose stays in cache
+        block = w[start:start + 128].reshape(-1, channels, kernel.shape[0])
+        kernel[:, :, start:start + 128] = block.transpose(2, 1, 0)
+    return kernel.reshape(-1, out)
 
 
 def conv_kernel(w):
