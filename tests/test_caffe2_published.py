@@ -164,7 +164,7 @@ def test_broadcasts_that_do_not_fit_are_refused_naming_the_op(op, param, text):
 def test_fc_axis_w_weight_is_reshaped_once_and_trainable():
     predict, ref, params = _case("fc_axis_w3_weight_1x1xNxK")
     model = to_keras(predict, params, (8, 1, 1))
-    dense = model.get_layer("W")
+    dense = model.get_layer("Y")  # named after its output: the weight is not "<name>_w"
     assert isinstance(dense, keras.layers.Dense) and dense.kernel.trainable
     np.testing.assert_array_equal(np.asarray(dense.kernel), params["W"].reshape(6, 8).T)
 
