@@ -36,7 +36,8 @@ def _param_slots(op, params=(), written=()):
     if op.type == "RecurrentNetwork":
         return param_slots(op)
     if op.type in _ops.ELEMENTWISE:
-        return {k for k, blob in enumerate(op.inputs) if blob in params and blob not in written}
+        slots = {k for k, blob in enumerate(op.inputs) if blob in params and blob not in written}
+        return slots - {0} if len(slots) == len(op.inputs) else slots  # one input is data
     first = _ops.PARAM_SLOTS.get(op.type)
     return set() if first is None else set(range(first, len(op.inputs)))
 
