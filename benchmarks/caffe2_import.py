@@ -94,16 +94,15 @@ def _field(number, payload):
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-_FLOAT_ELEMENT = np.dtype([("tag", "u1"), ("value", "<f4")])  # field 5, wire type 5
-
-
 def given_tensor_fill_bytes(blob, values):
     """One serialized ``GivenTensorFill`` OperatorDef, as Caffe2's exporter writes it:
     ``shape`` (ints) and ``values`` (unpacked floats, 5 bytes each)."""
     shape_arg = _field(1, b"shape") + b"".join(
         _varint(6 << 3) + _varint(d) for d in values.shape)
+    from tfinit.caffe2._netdef import _FLOAT_ELEMENT, _FLOAT_TAG
+
     elements = np.empty(values.size, _FLOAT_ELEMENT)
-    elements["tag"] = 5 << 3 | 5
+    elements["tag"] = _FLOAT_TAG
     elements["value"] = values.reshape(-1)
     values_arg = _field(1, b"values") + elements.tobytes()
     return (_field(2, blob.encode()) + _field(4, b"GivenTensorFill")

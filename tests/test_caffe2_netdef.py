@@ -178,7 +178,7 @@ def _len_field(number, payload):
 
 
 def _floats(values):
-    from benchmarks.caffe2_import import _FLOAT_ELEMENT
+    from tfinit.caffe2._netdef import _FLOAT_ELEMENT
 
     elements = np.empty(len(values), _FLOAT_ELEMENT)
     elements["tag"], elements["value"] = 0x2D, values

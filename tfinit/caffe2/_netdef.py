@@ -227,6 +227,7 @@ class _BadText(Exception):
 # parse then reports them).
 
 _FLOAT_TAG = 5 << 3 | 5  # Argument.floats (field 5), wire type 5 (32-bit)
+_FLOAT_ELEMENT = np.dtype([("tag", "u1"), ("value", "<f4")])  # one value: 5 bytes
 _MIN_FLOATS = 64
 
 
@@ -284,10 +285,10 @@ def _float_run(data, pos, end):
     count, rest = divmod(end - pos, 5)
     if rest or count < _MIN_FLOATS:
         return None
-    elements = np.frombuffer(data, np.uint8, count=5 * count, offset=pos).reshape(count, 5)
-    if not np.all(elements[:, 0] == _FLOAT_TAG):
+    elements = np.frombuffer(data, _FLOAT_ELEMENT, count=count, offset=pos)
+    if not np.all(elements["tag"] == _FLOAT_TAG):
         return None
-    return elements[:, 1:].copy().view("<f4").reshape(-1).astype(np.float32, copy=False)
+    return elements["value"].astype(np.float32)  # an aligned copy of the strided view
 
 
 def _stripped_arg(data, start, end):
