@@ -260,3 +260,20 @@ def test_convert_check_without_input_shape_knows_parameters_from_data(name, tmp_
     assert "all 1 blobs match Caffe2" in text and out.exists()
     report = check_forward(predict, params, forward)
     assert report.ok and report.blobs[0].max_rel <= 1e-6
+
+
+def test_sum_with_a_parameter_adds_it_as_a_trainable_weight():
+    """Caffe2's Sum takes equal shapes: a parameter ``[1, C, H, W]`` added to a batch-1 blob
+    (tfinit applies it to every example)."""
+    rng = np.random.default_rng(4)
+    x, p = rng.normal(size=(2, 3, 4, 5)).astype(np.float32), rng.normal(size=(1, 3, 4, 5))
+    net = NetDef(ops=[Operator("Relu", ("x",), ("r",)), Operator("Sum", ("x", "r", "p"), ("y",))],
+                 external_output=["y"])
+    model = to_keras(net, {"p": p.astype(np.float32)}, (3, 4, 5))
+    np.testing.assert_allclose(np.asarray(model(x)), x + np.maximum(x, 0) + p, rtol=1e-6,
+                               atol=1e-6)
+    assert [w.path for w in model.trainable_weights] == ["p/weight"]
+    with pytest.raises(ValueError, match=r"op #1 Sum.*parameter 'q' of shape \(1, 3, 4, 1\)"):
+        to_keras(NetDef(ops=[net.ops[0], Operator("Sum", ("x", "q"), ("y",))],
+                        external_output=["y"]), {"q": np.ones((1, 3, 4, 1), np.float32)},
+                 (3, 4, 5))

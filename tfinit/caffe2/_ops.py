@@ -519,15 +519,16 @@ def _elementwise(b, op, *_):
     params = [blob for blob in op.inputs if blob not in b.blobs]
     if not tensors:
         raise Unsupported(f"{op.type} of parameters only (no data input)")
-    if op.type == "Sum":
-        if params:
-            raise Unsupported(f"Sum with parameter input(s) {params}")
-        xs = [b.blobs[blob] for blob in op.inputs]
+    if op.type == "Sum":  # data summed, then each parameter added as a trainable weight
+        xs = [b.blobs[blob] for blob in tensors]
         if any(tuple(x.shape) != tuple(xs[0].shape) for x in xs):
             raise ValueError(f"Sum of differently shaped blobs "
                              f"{[tuple(b.caffe2_shape(x)) for x in xs]} (Caffe2's Sum takes "
                              "equal shapes)")
-        return xs[0] if len(xs) == 1 else keras.layers.Add(name=name)(xs)
+        y = xs[0] if len(xs) == 1 else keras.layers.Add(name=name)(xs)
+        for blob in params:
+            y = _param_operand(b, op, blob, y, form)
+        return y
     first, second = op.inputs
     if params:  # Add/Mul of a data tensor and a parameter
         if first in params and form == "legacy":
