@@ -277,3 +277,47 @@ def test_sum_with_a_parameter_adds_it_as_a_trainable_weight():
         to_keras(NetDef(ops=[net.ops[0], Operator("Sum", ("x", "q"), ("y",))],
                         external_output=["y"]), {"q": np.ones((1, 3, 4, 1), np.float32)},
                  (3, 4, 5))
+
+
+def test_scale_layer_in_an_nhwc_net():
+    """NHWC: the channel axis is 3, so Caffe's Scale is Mul/Add with axis=3."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 5, 4, 3)).astype(np.float32)  # N, H, W, C
+    s, t = rng.normal(size=3).astype(np.float32), rng.normal(size=3).astype(np.float32)
+    net = NetDef(ops=[
+        Operator("MaxPool", ("x",), ("p",), {"kernel": 2, "stride": 2, "legacy_pad": 3,
+                                             "order": "NHWC"}),
+        Operator("Mul", ("p", "s"), ("y",), {"broadcast": 1, "axis": 3}),
+        Operator("Add", ("y", "t"), ("y",), {"broadcast": 1, "axis": 3}),
+    ], external_output=["y"])
+    model = to_keras(net, {"s": s, "t": t}, (5, 4, 3))
+    pooled = nets.ceil_pool(x.transpose(0, 3, 1, 2), (2, 2), (2, 2), (0, 0))
+    expected = pooled.transpose(0, 2, 3, 1) * s + t  # 5x4 -> 3x2 (ceil)
+    assert model.output_shape == (None, 3, 2, 3)
+    np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-6, atol=1e-6)
+    assert model.get_layer("s").weight.shape == (1, 1, 3)
+
+
+def test_a_ceil_mode_window_wholly_outside_the_input_is_refused():
+    """With no pad and a stride larger than the kernel, the ceil rule can start a window
+    past the input (9 cells, k2 s3: windows at 0, 3, 6, 9): refused, not computed."""
+    net = NetDef(ops=[Operator("MaxPool", ("x",), ("y",), {"kernel": 2, "stride": 3,
+                                                           "legacy_pad": 3})],
+                 external_output=["y"])
+    with pytest.raises(ValueError, match=r"op #0 MaxPool -> \['y'\]: unsupported legacy_pad=3 "
+                                         r"with a last window outside the input \(size 9"):
+        to_keras(net, {}, (1, 9, 9))
+
+
+def test_inspect_without_the_init_net_checks_what_needs_no_parameters(tmp_path, capsys):
+    net = NetDef(ops=[Operator("MaxPool", ("x",), ("y",), {"kernel": 2, "legacy_pad": 2})],
+                 external_output=["y"])
+    (tmp_path / "p.pb").write_bytes(net.to_bytes())
+    assert main(["inspect", str(tmp_path / "p.pb")]) == 0
+    out = capsys.readouterr().out
+    assert ("convertible: no (1 of 1 ops unsupported)\n  unsupported: legacy_pad=2 (SAME) on "
+            "MaxPool; 0 and 3 are converted (op #0)\n") in out
+    (tmp_path / "q.pb").write_bytes(NetDef(ops=[Operator("Relu", ("x",), ("y",))]).to_bytes())
+    assert main(["inspect", str(tmp_path / "q.pb")]) == 0
+    assert ("convertible: yes (without --init-net, parameters are not checked)"
+            in capsys.readouterr().out)
