@@ -186,13 +186,14 @@ def _floats(values):
 
 
 @pytest.mark.parametrize("layout", ["exporter", "floats_then_name", "floats_then_int",
-                                    "short", "two_ops"])
+                                    "int_then_floats", "short", "two_ops"])
 def test_large_float_arguments_decode_as_protobuf_does(layout):
     values = np.random.default_rng(0).normal(size=300).astype(np.float32)
     name = _len_field(1, b"values")
     arg = {"exporter": name + _floats(values),
            "floats_then_name": _floats(values) + name,
            "floats_then_int": name + _floats(values) + b"\x18\x07",
+           "int_then_floats": name + b"\x18\x07" + _floats(values),
            "short": name + _floats(values[:5]),
            "two_ops": name + _floats(values)}[layout]
     op = _len_field(2, b"w") + _len_field(4, b"GivenTensorFill") + _len_field(5, arg)
@@ -201,6 +202,8 @@ def test_large_float_arguments_decode_as_protobuf_does(layout):
         data += _len_field(2, op.replace(b"\x12\x01w", b"\x12\x01v")) + _len_field(7, b"x")
     net = read_netdef(data)
     _assert_same_net(net, _protobuf_only(data))
+    if layout in ("floats_then_int", "int_then_floats"):
+        assert net.ops[0].args["values"] == 7  # protobuf's rule: `i` is read before `floats`
     if layout in ("exporter", "floats_then_name", "two_ops"):
         np.testing.assert_array_equal(net.ops[0].args["values"], values)
         assert net.ops[0].args["values"].dtype == np.float32

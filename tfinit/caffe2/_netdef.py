@@ -292,11 +292,14 @@ def _float_run(data, pos, end):
 
 
 def _stripped_arg(data, start, end):
-    """``(the Argument without its trailing floats, their values)`` or None."""
+    """``(the Argument's name field, its values)`` when it is a name and then only
+    `floats`, else None (any other field: protobuf decodes the Argument)."""
     for number, wire, field, _, _ in _fields(data, start, end):
         if number == 5 and wire == 5:
             values = _float_run(data, field, end)
             return None if values is None else (data[start:field], values)
+        if number != 1:
+            return None
     return None
 
 
