@@ -321,3 +321,21 @@ def test_inspect_without_the_init_net_checks_what_needs_no_parameters(tmp_path, 
     assert main(["inspect", str(tmp_path / "q.pb")]) == 0
     assert ("convertible: yes (without --init-net, parameters are not checked)"
             in capsys.readouterr().out)
+
+
+def test_convert_check_on_a_caffe_style_net_blob_by_blob(tmp_path, capsys):
+    predict, params = nets.caffe_style()
+    x = np.random.default_rng(6).normal(size=(2, 3, 13, 13)).astype(np.float32)
+    blobs = nets.caffe_style_forward(x, params)
+    forward = tmp_path / "forward.npz"
+    np.savez(forward, **{"input/data": x}, **{f"blob/{k}": v for k, v in blobs.items()})
+    (tmp_path / "init.pb").write_bytes(nets.given_tensor_init_net(params).to_bytes())
+    (tmp_path / "predict.pb").write_bytes(predict.to_bytes())
+    out = tmp_path / "caffe_style.keras"
+    assert main(["convert", str(tmp_path / "init.pb"), str(tmp_path / "predict.pb"), str(out),
+                 "--check", str(forward)]) == 0
+    text = capsys.readouterr().out
+    assert f"all {len(blobs)} blobs match Caffe2" in text
+    assert "Caffe2Broadcast" in text and "Caffe2Pooling2D" in text  # import tfinit.caffe2
+    np.testing.assert_allclose(np.asarray(keras.saving.load_model(out)(x)), blobs["prob"],
+                               rtol=1e-5, atol=1e-6)
