@@ -30,11 +30,13 @@ TITLES = {
     "scaling": "Scaling: float16 training step as the width doubles (ms per step)",
     "distribute": "MirroredStrategy over 2 logical CPUs: tfinit vs Keras mixed_float16 "
                   "(ms per call of several steps)",
+    "caffe2_import": "Caffe2 model-zoo-sized nets (VGG-19, ResNet-50): load_init_net vs a bare "
+                     "protobuf parse, its peak memory, to_keras vs the same layers by hand",
 }
 
 
 def _sections():
-    from benchmarks import comparisons, distribute, fills, memory, scaling, training
+    from benchmarks import caffe2_import, comparisons, distribute, fills, memory, scaling, training
 
     return [
         ("comparisons", comparisons.run),
@@ -44,6 +46,7 @@ def _sections():
         ("memory", memory.run),
         ("scaling", scaling.run),
         ("distribute", distribute.run),
+        ("caffe2_import", caffe2_import.run),
     ]
 
 

@@ -275,3 +275,99 @@ def to_nhwc(predict, params, fc_after=None):
 def nchw_to_nhwc(blobs):
     """4-D arrays NCHW -> NHWC (others unchanged)."""
     return {k: v.transpose(0, 2, 3, 1) if np.ndim(v) == 4 else v for k, v in blobs.items()}
+
+
+# ---------------------------------------------------------------- nets published from Caffe
+
+OPS = DATA / "caffe2_ops"
+
+
+def ops_dir():
+    """``tests/data/caffe2_ops``: single ops run in real Caffe2 (README.md there)."""
+    return _folder(OPS)
+
+
+def ceil_pool(x, kernel, stride, pad, mode="max"):
+    """Caffe2's ``legacy_pad=3`` pooling (NCHW), per docs/caffe2-ops.md: per axis
+    ``out = ceil((n + 2p - k) / s) + 1``, minus 1 when ``p > 0`` and the last window would
+    start at or past ``n + p``; window ``i`` is ``[i*s - p, i*s - p + k)`` clipped to the
+    input; average divides by the cells inside."""
+    n, c, h, w = x.shape
+    sizes = []
+    for size, k, s, p in zip((h, w), kernel, stride, pad):
+        out = int(np.ceil((size + 2 * p - k) / s)) + 1
+        if p > 0 and (out - 1) * s >= size + p:
+            out -= 1
+        sizes.append(out)
+    y = np.zeros((n, c, *sizes), np.float32)
+    for i in range(sizes[0]):
+        for j in range(sizes[1]):
+            top, left = i * stride[0] - pad[0], j * stride[1] - pad[1]
+            window = x[:, :, max(top, 0):min(top + kernel[0], h),
+                       max(left, 0):min(left + kernel[1], w)]
+            y[:, :, i, j] = window.max(axis=(2, 3)) if mode == "max" else window.mean(
+                axis=(2, 3))
+    return y
+
+
+def caffe_style(seed=0):
+    """A net as Caffe-converted models are: conv, SpatialBN + Scale (Mul/Add broadcast at
+    axis 1 with parameters), ceil-mode pools, an Inception-style Concat of a 1x1 conv and a
+    depthwise 3x3 (engine DEPTHWISE_3x3) + pointwise branch, a padded ceil-mode average
+    pool and an FC with Caffe's 4-D weight (axis_w=3). Input 3x13x13."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape, scale=0.3):
+        return rng.normal(0, scale, shape).astype(np.float32)
+
+    params = {
+        "conv1_w": normal(6, 3, 3, 3), "conv1_b": normal(6),
+        "bn1_s": rng.uniform(0.5, 1.5, 6).astype(np.float32), "bn1_b": normal(6),
+        "bn1_rm": normal(6), "bn1_riv": rng.uniform(0.5, 2.0, 6).astype(np.float32),
+        "scale1_w": rng.uniform(0.5, 1.5, 6).astype(np.float32), "scale1_b": normal(6),
+        "a_w": normal(4, 6, 1, 1), "a_b": normal(4),
+        "dw_w": normal(6, 1, 3, 3), "pw_w": normal(4, 6, 1, 1), "pw_b": normal(4),
+    }
+    # conv 13 -> 13 (pad 1); ceil max pool k3 s2: 13 -> 6; ceil avg pool k3 s2 p1: 6 -> 4
+    params["fc_w"] = normal(1, 1, 5, 8 * 4 * 4, scale=0.1)
+    params["fc_b"] = normal(5)
+    nchw = {"order": "NCHW"}
+    ops = [
+        Operator("Conv", ("data", "conv1_w", "conv1_b"), ("conv1",),
+                 {"kernel": 3, "pad": 1, **nchw}),
+        Operator("SpatialBN", ("conv1", "bn1_s", "bn1_b", "bn1_rm", "bn1_riv"), ("conv1",),
+                 {"is_test": 1, "epsilon": 1e-5, **nchw}),
+        Operator("Mul", ("conv1", "scale1_w"), ("conv1",), {"broadcast": 1, "axis": 1}),
+        Operator("Add", ("conv1", "scale1_b"), ("conv1",), {"broadcast": 1, "axis": 1}),
+        Operator("Relu", ("conv1",), ("conv1",)),
+        Operator("MaxPool", ("conv1",), ("pool1",),
+                 {"kernel": 3, "stride": 2, "legacy_pad": 3, **nchw}),
+        Operator("Conv", ("pool1", "a_w", "a_b"), ("a",), {"kernel": 1, **nchw}),
+        Operator("Conv", ("pool1", "dw_w"), ("dw",),
+                 {"kernel": 3, "pad": 1, "group": 6, **nchw}, engine="DEPTHWISE_3x3"),
+        Operator("Conv", ("dw", "pw_w", "pw_b"), ("pw",), {"kernel": 1, **nchw}),
+        Operator("Concat", ("a", "pw"), ("cat", "cat_info"), {"axis": 1}),
+        Operator("AveragePool", ("cat",), ("pool2",),
+                 {"kernel": 3, "stride": 2, "pad": 1, "legacy_pad": 3, **nchw}),
+        Operator("FC", ("pool2", "fc_w", "fc_b"), ("fc",), {"axis_w": 3}),
+        Operator("Softmax", ("fc",), ("prob",)),
+    ]
+    return NetDef(name="caffe_style", ops=ops, external_input=["data", *params],
+                  external_output=["prob"]), params
+
+
+def caffe_style_forward(x, p):
+    """Every blob of :func:`caffe_style`, in Caffe2 layout (``conv1`` holds its last value)."""
+    conv1 = conv(x, p["conv1_w"], p["conv1_b"], pads=(1, 1, 1, 1))
+    bn = spatial_bn(conv1, p["bn1_s"], p["bn1_b"], p["bn1_rm"], p["bn1_riv"], 1e-5)
+    scaled = bn * p["scale1_w"][None, :, None, None] + p["scale1_b"][None, :, None, None]
+    blobs = {"conv1": relu(scaled)}
+    blobs["pool1"] = ceil_pool(blobs["conv1"], (3, 3), (2, 2), (0, 0))
+    blobs["a"] = conv(blobs["pool1"], p["a_w"], p["a_b"])
+    blobs["dw"] = conv(blobs["pool1"], p["dw_w"], pads=(1, 1, 1, 1), group=6)
+    blobs["pw"] = conv(blobs["dw"], p["pw_w"], p["pw_b"])
+    blobs["cat"] = np.concatenate([blobs["a"], blobs["pw"]], axis=1)
+    blobs["pool2"] = ceil_pool(blobs["cat"], (3, 3), (2, 2), (1, 1), mode="average")
+    blobs["fc"] = fc(blobs["pool2"], p["fc_w"].reshape(5, -1), p["fc_b"])
+    blobs["prob"] = softmax(blobs["fc"])
+    return blobs

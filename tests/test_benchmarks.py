@@ -17,7 +17,8 @@ import pytest  # noqa: E402
 from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.training import MODELS  # noqa: E402
 
-SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute"]
+SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute",
+            "caffe2_import"]
 
 
 @pytest.fixture(scope="module")

@@ -141,3 +141,100 @@ def test_an_empty_file_is_an_error_naming_it(tmp_path):
     text.write_text("  \n")
     with pytest.raises(ValueError, match="predict_net.pbtxt is empty"):
         read_netdef(text)
+
+
+# ---------------------------------------------------------------- large float arguments
+
+
+def _protobuf_only(data):
+    """The NetDef as protobuf alone decodes it (no numpy fast path for large floats)."""
+    from tfinit.caffe2._netdef import _PB, _decode_net
+
+    pb = _PB["NetDef"]()
+    pb.ParseFromString(data)
+    return _decode_net(pb)
+
+
+def _assert_same_net(net, expected):
+    assert (net.name, net.external_input, net.external_output) == (
+        expected.name, expected.external_input, expected.external_output)
+    assert len(net.ops) == len(expected.ops)
+    for op, ref in zip(net.ops, expected.ops):
+        assert (op.type, op.inputs, op.outputs) == (ref.type, ref.inputs, ref.outputs)
+        assert op.args.keys() == ref.args.keys()
+        for key, value in op.args.items():
+            assert type(value) is type(ref.args[key]), key
+            if isinstance(value, np.ndarray):
+                assert value.dtype == ref.args[key].dtype, key
+                np.testing.assert_array_equal(value, ref.args[key])
+            else:
+                assert value == ref.args[key], key
+
+
+def _len_field(number, payload):
+    from benchmarks.caffe2_import import _field
+
+    return _field(number, payload)
+
+
+def _floats(values):
+    from tfinit.caffe2._netdef import _FLOAT_ELEMENT
+
+    elements = np.empty(len(values), _FLOAT_ELEMENT)
+    elements["tag"], elements["value"] = 0x2D, values
+    return elements.tobytes()
+
+
+@pytest.mark.parametrize("layout", ["exporter", "floats_then_name", "floats_then_int",
+                                    "int_then_floats", "short", "two_ops"])
+def test_large_float_arguments_decode_as_protobuf_does(layout):
+    values = np.random.default_rng(0).normal(size=300).astype(np.float32)
+    name = _len_field(1, b"values")
+    arg = {"exporter": name + _floats(values),
+           "floats_then_name": _floats(values) + name,
+           "floats_then_int": name + _floats(values) + b"\x18\x07",
+           "int_then_floats": name + b"\x18\x07" + _floats(values),
+           "short": name + _floats(values[:5]),
+           "two_ops": name + _floats(values)}[layout]
+    op = _len_field(2, b"w") + _len_field(4, b"GivenTensorFill") + _len_field(5, arg)
+    data = _len_field(1, b"init") + _len_field(2, op)
+    if layout == "two_ops":
+        data += _len_field(2, op.replace(b"\x12\x01w", b"\x12\x01v")) + _len_field(7, b"x")
+    net = read_netdef(data)
+    _assert_same_net(net, _protobuf_only(data))
+    if layout in ("floats_then_int", "int_then_floats"):
+        assert net.ops[0].args["values"] == 7  # protobuf's rule: `i` is read before `floats`
+    if layout in ("exporter", "floats_then_name", "two_ops"):
+        np.testing.assert_array_equal(net.ops[0].args["values"], values)
+        assert net.ops[0].args["values"].dtype == np.float32
+    if layout == "two_ops":
+        assert [op.outputs for op in net.ops] == [("w",), ("v",)]
+        assert net.external_input == ["x"]
+
+
+def test_a_truncated_init_net_is_still_refused():
+    values = np.ones(300, np.float32)
+    op = (_len_field(2, b"w") + _len_field(4, b"GivenTensorFill")
+          + _len_field(5, _len_field(1, b"values") + _floats(values)))
+    data = _len_field(2, op)
+    for cut in (len(data) - 3, len(data) // 2, 7):
+        with pytest.raises(ValueError, match="not a valid Caffe2 NetDef"):
+            read_netdef(data[:cut])
+
+
+def test_benchmark_init_net_writer_round_trips(tmp_path):
+    from benchmarks.caffe2_import import resnet50_shapes, vgg19_shapes, write_init_net
+    from tfinit.caffe2 import load_init_net
+
+    # the real parameter counts of VGG-19 and ResNet-50 (Caffe2 model zoo: BN _rm/_riv too)
+    assert sum(int(np.prod(s)) for _, s in vgg19_shapes()) == 143_667_240
+    assert sum(int(np.prod(s)) for _, s in resnet50_shapes()) == 25_610_152
+    shapes = vgg19_shapes(64, 32)
+    path = tmp_path / "init_net.pb"
+    write_init_net(path, shapes, seed=3)
+    blobs = load_init_net(path)
+    assert [(k, v.shape) for k, v in blobs.items()] == [(k, tuple(s)) for k, s in shapes]
+    rng = np.random.default_rng(3)
+    first = rng.standard_normal(shapes[0][1], dtype=np.float32) * np.float32(0.01)
+    np.testing.assert_array_equal(blobs[shapes[0][0]], first)
+    _assert_same_net(read_netdef(path), _protobuf_only(path.read_bytes()))

@@ -92,16 +92,20 @@ def test_unsupported_ops_are_listed():
     predict, params = nets.cnn()
     predict.ops.insert(2, Operator("Im2Col", ("bn1",), ("bn1",)))
     predict.ops.append(Operator("ArgMax", ("prob",), ("label",)))
-    with pytest.raises(ValueError, match=r"unsupported Caffe2 op\(s\): Im2Col \(op #2\), "
-                                         r"ArgMax \(op #7\); supported: .*SpatialBN"):
+    with pytest.raises(ValueError, match=r"unsupported Caffe2 op\(s\) and op feature\(s\) in 2 "
+                                         r"of the net's ops: Im2Col \(op #2\); ArgMax \(op #7\)"
+                                         r"\. Supported op types: .*SpatialBN"):
         to_keras(predict, params, (3, 8, 8))
 
 
 @pytest.mark.parametrize("change, text", [
-    (lambda net: net.ops[0].args.update(order="NCWH"), "unsupported order 'NCWH'"),
-    (lambda net: net.ops[3].args.update(order="NHWC"), "mixes NCHW and NHWC"),
-    (lambda net: net.ops[1].args.update(is_test=0), "training mode"),
-    (lambda net: net.ops[3].args.update(legacy_pad=2), "unsupported legacy_pad"),
+    (lambda net: net.ops[0].args.update(order="NCWH"),
+     "unsupported Caffe2 op(s) and op feature(s) in 1 of the net's ops: order 'NCWH'"),
+    (lambda net: net.ops[3].args.update(order="NHWC"), "order NHWC in a net of NCHW ops (op #3)"),
+    (lambda net: net.ops[1].args.update(is_test=0),
+     "SpatialBN in training mode (is_test=0) (op #1)"),
+    (lambda net: net.ops[3].args.update(legacy_pad=2),
+     "legacy_pad=2 (SAME) on MaxPool; 0 and 3 are converted (op #3)"),
     (lambda net: net.ops[5].args.update(axis=0), "unsupported Softmax over axis 0"),
     (lambda net: net.ops.__setitem__(0, Operator("Conv", ("data", "nope_w"), ("conv1",))),
      "'nope_w', which the init net does not hold"),
@@ -136,7 +140,7 @@ def test_bad_inputs_and_outputs():
 def test_converted_ops_are_brews_common_ops_and_those_of_caffe2s_model_code():
     assert converted_ops() == sorted([
         "FC", "Conv", "SpatialBN", "Relu", "Sigmoid", "Tanh", "MaxPool", "AveragePool",
-        "Softmax", "Dropout", "Concat", "Sum", "Add", "Flatten", "Reshape", "LRN",
+        "Softmax", "Dropout", "Concat", "Sum", "Add", "Mul", "Flatten", "Reshape", "LRN",
         "ChannelShuffle", "Split", "RecurrentNetwork"])
 
 

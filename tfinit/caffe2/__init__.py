@@ -17,6 +17,7 @@ from tfinit.caffe2._to_keras import supported_ops as converted_ops
 from tfinit.caffe2._to_keras import to_keras
 from tfinit.caffe2._check import BlobCheck, CheckReport, check_forward
 from tfinit.caffe2._layers import (
+    Caffe2Broadcast,
     Caffe2ChannelShuffle,
     Caffe2LRN,
     Caffe2Pooling2D,
@@ -28,6 +29,7 @@ from tfinit.caffe2._lstm import Caffe2LSTM
 
 __all__ = [
     "BlobCheck",
+    "Caffe2Broadcast",
     "Caffe2ChannelShuffle",
     "Caffe2LRN",
     "Caffe2LSTM",

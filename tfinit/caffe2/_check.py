@@ -108,8 +108,8 @@ def _compare(blob, actual, expected, rtol, atol):
                      tol, ok)
 
 
-def _feeds(net, reference, where, input_format):
-    data = data_inputs(net)
+def _feeds(net, reference, where, input_format, params):
+    data = data_inputs(net, params)
     missing = [blob for blob in data if f"input/{blob}" not in reference]
     if missing:
         raise ValueError(f"check_forward: {where} holds no input/<blob> for the data "
@@ -121,10 +121,20 @@ def _feeds(net, reference, where, input_format):
     return feeds, layout, target
 
 
-def reference_input_shape(predict_net, forward, input_format=None):
-    """The ``input_shape`` for :func:`to_keras` that a reference file's inputs have."""
+def _reference_params(reference):
+    return {k[6:]: v for k, v in reference.items() if k.startswith("param/")}
+
+
+def reference_input_shape(predict_net, forward, input_format=None, params=None):
+    """The ``input_shape`` for :func:`to_keras` that a reference file's inputs have.
+
+    The data inputs are the blobs the net reads that are not parameters: ``params`` (the
+    init net's blobs; by default the file's ``param/<blob>`` keys) are not data.
+    """
     reference, where = _load_reference(forward)
-    feeds = _feeds(read_netdef(predict_net), reference, where, input_format)[0]
+    if params is None:
+        params = _reference_params(reference)
+    feeds = _feeds(read_netdef(predict_net), reference, where, input_format, params)[0]
     return {blob: array.shape[1:] for blob, array in feeds.items()}
 
 
@@ -155,10 +165,10 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
     reference, where = _load_reference(forward)
     net = read_netdef(predict_net)
     if init_net is None:
-        params = {k[6:]: v for k, v in reference.items() if k.startswith("param/")}
+        params = _reference_params(reference)
     else:
         params = init_net if isinstance(init_net, Mapping) else load_init_net(init_net)
-    feeds, layout, target = _feeds(net, reference, where, input_format)
+    feeds, layout, target = _feeds(net, reference, where, input_format, params)
     b = build(net, params, {blob: array.shape[1:] for blob, array in feeds.items()},
               input_format)
     stored = [key[5:] for key in reference if key.startswith("blob/")]

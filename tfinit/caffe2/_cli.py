@@ -58,6 +58,7 @@ def inspect(path, seed=None, init_net=None, error=ValueError):
               + (f" [{args}]" if args else ""))
     replayable = net.ops and all(op.type in supported_ops() for op in net.ops)
     if not replayable:
+        _print_convertible(net, params, init_net is not None)
         print("blobs: not an init net of fill ops; shapes come from running the net")
         return 0
     try:
@@ -70,6 +71,22 @@ def inspect(path, seed=None, init_net=None, error=ValueError):
         note = " (random: one draw)" if name in random else ""
         print(f"  {name}: {_stats(array)}{note}")
     return 0
+
+
+def _print_convertible(net, params, with_init_net):
+    """``convertible: yes/no`` for ``to_keras`` and, for no, every unsupported op/feature."""
+    from tfinit.caffe2._plan import grouped
+    from tfinit.caffe2._to_keras import problems
+
+    found = problems(net, params)
+    if not found:
+        note = "" if with_init_net else " (without --init-net, parameters are not checked)"
+        print(f"convertible: yes{note}")
+        return
+    ops = len({p.index for p in found})
+    print(f"convertible: no ({ops} of {len(net.ops)} ops unsupported)")
+    for line, _ in grouped(found):
+        print(f"  unsupported: {line}")
 
 
 def parse_input_shape(values):
@@ -110,15 +127,16 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError, input_
     from tfinit.caffe2._to_keras import to_keras
 
     try:
+        if shape is None and check is None:
+            raise ValueError("--input-shape is required (or --check FILE.npz, whose "
+                             "inputs give the shapes)")
+        params = load_init_net(init_net)  # read once: the blobs it fills are parameters
         if shape is None:
-            if check is None:
-                raise ValueError("--input-shape is required (or --check FILE.npz, whose "
-                                 "inputs give the shapes)")
-            shape = reference_input_shape(predict_net, check, input_format)
-        model = to_keras(predict_net, init_net, shape, input_format=input_format)
+            shape = reference_input_shape(predict_net, check, input_format, params=params)
+        model = to_keras(predict_net, params, shape, input_format=input_format)
         model.save(output)
         report = None if check is None else check_forward(
-            predict_net, init_net, check, input_format=input_format, rtol=rtol)
+            predict_net, params, check, input_format=input_format, rtol=rtol)
     except _USER_ERRORS as err:
         raise error(str(err).splitlines()[0]) from None
     print(f"wrote {output}: {len(model.layers)} layers, {model.count_params()} parameters, "

@@ -408,7 +408,9 @@ def _given_tensor_fill(op):
     else:
         _exact(op, "values", values, NUMPY_DTYPES[dtype])
     name = NUMPY_DTYPES[dtype]
-    values = np.asarray(values).astype(name)
+    values = np.asarray(values).astype(name, copy=False)  # the net's own array: not kept
+    if name == "float32":  # the fill returns exactly these values: no tensor round trip
+        return values.reshape(shape)
     return op.run_fill(cls_name, {"values": values, "shape": shape}, shape, name)
 
 

@@ -9,7 +9,8 @@ Caffe2 names a layer's parameters ``<prefix>_w`` / ``<prefix>_b`` (SpatialBN:
 * an FC reading a conv output that Keras flattened channels-last gets its columns
   reordered from Caffe2's C,H,W flatten order to H,W,C;
 * BatchNormalization gamma/beta/moving_mean/moving_variance = ``_s``/``_b``/``_rm``/``_riv``;
-* tfinit's Caffe2LSTM recurrent_kernel = the step FC weight ``[4H, H]`` transposed.
+* tfinit's Caffe2LSTM recurrent_kernel = the step FC weight ``[4H, H]`` transposed;
+* tfinit's Caffe2Broadcast weight = the Mul/Add parameter, in the model's layout.
 
 Values are assigned as the float32 arrays they are: a 16-bit variable with an fp32
 master (tfinit's mixed-precision scopes) gets the master set exactly.
@@ -25,6 +26,7 @@ import numpy as np
 
 from tfinit import _fans
 from tfinit.caffe2._fill import load_init_net
+from tfinit.caffe2._layers import Caffe2Broadcast
 from tfinit.caffe2._lstm import Caffe2LSTM
 
 _CONV = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
@@ -34,6 +36,7 @@ _SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
     ((keras.layers.BatchNormalization,),
      (("gamma", "_s"), ("beta", "_b"), ("moving_mean", "_rm"), ("moving_variance", "_riv"))),
     ((Caffe2LSTM,), (("recurrent_kernel", "_w"), ("bias", "_b"))),
+    ((Caffe2Broadcast,), (("weight", ""),)),
 )
 _FC_WEIGHTS = {keras.layers.Dense: "kernel", Caffe2LSTM: "recurrent_kernel"}
 
@@ -84,11 +87,18 @@ def fc_kernel(w, flattened_from=None):
     Keras flattened channels-last, so Keras row ``(*spatial, c)`` is Caffe2 column
     ``(c, *spatial)``.
     """
+    w = np.asarray(w)
+    out = w.shape[0]
     if flattened_from is None:
-        return _fans.to_keras_layout(w)
-    order = np.arange(math.prod(flattened_from)).reshape(flattened_from)
-    order = order.transpose(*range(1, len(flattened_from)), 0).reshape(-1)
-    return w[:, order].T
+        channels, spatial = w.shape[1], 1
+    else:
+        channels, spatial = flattened_from[0], math.prod(flattened_from[1:])
+    source = w.reshape(out, channels, spatial)
+    kernel = np.empty((spatial, channels, out), w.dtype)
+    for o in range(0, out, 64):  # 64 x 64 tiles: the transpose stays in cache (4x a plain .T)
+        for c in range(0, channels, 64):
+            kernel[:, c:c + 64, o:o + 64] = source[o:o + 64, c:c + 64].transpose(2, 1, 0)
+    return kernel.reshape(spatial * channels, out)
 
 
 def conv_kernel(w):
@@ -189,6 +199,14 @@ def _blob_names(layer, slots, name_map):
 
 
 def _convert(layer, attr, value, flattened_from):
+    if isinstance(layer, Caffe2Broadcast):
+        if value.size != math.prod(layer.shape):
+            raise ValueError(
+                f"load_into_keras: Caffe2Broadcast layer '{layer.name}' needs a blob of "
+                f"{math.prod(layer.shape)} values (shape {layer.caffe2_shape}), got shape "
+                f"{value.shape}."
+            )
+        return layer.weight_from_caffe2(value)
     fc_weight = next((a for cls, a in _FC_WEIGHTS.items() if isinstance(layer, cls)), None)
     if attr != "kernel" and attr != fc_weight:
         return value

@@ -1,9 +1,9 @@
 """Keras layers for Caffe2 semantics that Keras's built-in layers lack.
 
 Each is registered as ``"tfinit>ClassName"`` (``Caffe2Pooling2D``, ``Caffe2ChannelShuffle``,
-``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``): a ``.keras`` file
-using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is used, so they run on
-any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
+``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``, ``Caffe2Broadcast``):
+a ``.keras`` file using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is
+used, so they run on any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
 """
 
 import math
@@ -15,7 +15,8 @@ import keras
 class Caffe2Pooling2D(keras.layers.Layer):
     """Caffe2's MaxPool/AveragePool with explicit pads on an NHWC tensor.
 
-    Output size ``floor((H + pad_t + pad_b - k) / stride) + 1``; padded cells are
+    Output size ``floor((H + pad_t + pad_b - k) / stride) + 1`` (Caffe's ceil mode,
+    ``legacy_pad=3``, is this with the tail pads it computes); padded cells are
     ignored: max pads with -inf, average divides by the number of real cells
     (Caffe2's default ``count_include_pad=0``).
     """
@@ -231,3 +232,52 @@ class Caffe2Reshape(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "shape": self.shape}
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2Broadcast(keras.layers.Layer):
+    """``y = x * weight`` or ``x + weight``: a Caffe2 ``Mul``/``Add`` whose second input is
+    a parameter of the net, broadcast against ``x`` (Caffe's Scale layer: a learned
+    per-channel scale and bias). ``weight`` is trainable.
+
+    ``shape`` is the weight's shape in the model's layout, without the batch axis and
+    broadcastable to ``x`` (``(1, 1, C)`` scales the channels of an NHWC image).
+    ``caffe2_shape`` is the same weight in Caffe2's order (``(C, 1, 1)`` for NCHW) and
+    ``channels_first`` says a 3-D one is moved from ``(C, H, W)`` to ``(H, W, C)``:
+    :meth:`weight_from_caffe2` turns the blob's values into the weight.
+    """
+
+    def __init__(self, mode, shape, caffe2_shape=None, channels_first=False, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("mul", "add"):
+            raise ValueError(f"Argument `mode` must be 'mul' or 'add'. Received: mode={mode!r}")
+        self.mode = mode
+        self.shape = _ints(shape)
+        self.caffe2_shape = self.shape if caffe2_shape is None else _ints(caffe2_shape)
+        self.channels_first = bool(channels_first)
+        if math.prod(self.shape) != math.prod(self.caffe2_shape):
+            raise ValueError(f"Argument `caffe2_shape` must have as many elements as `shape` "
+                             f"{self.shape}. Received: caffe2_shape={self.caffe2_shape}")
+
+    def build(self, input_shape):
+        init = "ones" if self.mode == "mul" else "zeros"
+        self.weight = self.add_weight(name="weight", shape=self.shape, initializer=init,
+                                      trainable=True)
+
+    def weight_from_caffe2(self, value):
+        """The weight's value from the Caffe2 blob (any shape with as many elements)."""
+        value = value.reshape(self.caffe2_shape)
+        if self.channels_first and value.ndim == 3:
+            value = value.transpose(1, 2, 0)
+        return value
+
+    def call(self, x):
+        weight = keras.ops.cast(self.weight, x.dtype)
+        return x * weight if self.mode == "mul" else x + weight
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "shape": self.shape,
+                "caffe2_shape": self.caffe2_shape, "channels_first": self.channels_first}

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from tfinit.caffe2._layers import (
+    Caffe2Broadcast,
     Caffe2ChannelShuffle,
     Caffe2LRN,
     Caffe2Pooling2D,
@@ -150,15 +151,49 @@ def _pair(op, single, names, plural, default):
     return tuple(values)
 
 
+_LEGACY_PAD = {0: "NOTSET", 1: "VALID", 2: "SAME", 3: "CAFFE_LEGACY_POOLING"}
+CEIL_MODE = 3  # LegacyPadding::CAFFE_LEGACY_POOLING: Caffe's ceil-mode pooling
+
+
+def legacy_pad(op):
+    """The op's ``legacy_pad``: 0 (none) or, on pooling ops, 3 (Caffe's ceil mode)."""
+    value = op.args.get("legacy_pad", 0)
+    allowed = (0, CEIL_MODE) if op.type in ("MaxPool", "AveragePool") else (0,)
+    if not isinstance(value, int) or value not in allowed:
+        name = _LEGACY_PAD.get(value, "unknown") if isinstance(value, int) else "not an int"
+        raise Unsupported(f"legacy_pad={value!r} ({name}) on {op.type}; "
+                          f"{' and '.join(str(v) for v in allowed)} are converted")
+    return value
+
+
 def _window(op, kernel=None):
     if kernel is None:
         kernel = _pair(op, "kernel", ("kernel_h", "kernel_w"), "kernels", 0)
     stride = _pair(op, "stride", ("stride_h", "stride_w"), "strides", 1)
     dilation = _pair(op, "dilation", ("dilation_h", "dilation_w"), "dilations", 1)
     pads = _pair(op, "pad", ("pad_t", "pad_l", "pad_b", "pad_r"), "pads", 0)
-    if op.args.get("legacy_pad", 3) != 3:
-        raise Unsupported("legacy_pad")
+    legacy_pad(op)
     return kernel, stride, dilation, pads
+
+
+def ceil_mode_pads(size, kernel, stride, head):
+    """Caffe2's ``legacy_pad=3`` on one spatial axis: ``(output size, tail pad)``.
+
+    The size is ``ceil((size + 2 * head - kernel) / stride) + 1``, one less when the last
+    window would start in the padding (``head > 0``); the tail pad given is not used, it
+    becomes ``head + stride * (that size - the floor rule's size)``.
+    """
+    span = size + 2 * head - kernel
+    if span < 0:
+        raise ValueError(f"kernel {kernel} is larger than the padded input "
+                         f"({size} + 2 * {head})")
+    out = -(-span // stride) + 1
+    if head > 0 and (out - 1) * stride >= size + head:
+        out -= 1
+    if (out - 1) * stride - head >= size:
+        raise Unsupported(f"legacy_pad=3 with a last window outside the input (size {size}, "
+                          f"kernel {kernel}, stride {stride}, pad {head})")
+    return out, head + stride * (out - (span // stride + 1))
 
 
 def _same_pads(size, kernel, stride):
@@ -184,10 +219,21 @@ def _input_mismatch(b, op, blob, expected, x):
 # ---------------------------------------------------------------- op handlers
 
 
+def fc_weight_2d(op, w, w_blob):
+    """The FC weight as Caffe2 uses it: ``[prod(dims[:axis_w]), prod(dims[axis_w:])]``."""
+    axis_w = op.args.get("axis_w", 1)
+    if not isinstance(axis_w, int) or not -w.ndim <= axis_w < max(w.ndim, 1):
+        raise Unsupported(f"FC axis_w={axis_w!r} (weight '{w_blob}' of shape "
+                          f"{tuple(w.shape)} takes an int in [-{w.ndim}, {w.ndim}))")
+    axis_w %= w.ndim
+    return w.reshape(math.prod(w.shape[:axis_w]), math.prod(w.shape[axis_w:]))
+
+
 def _fc(b, op, x):
-    if op.args.get("axis_w", 1) != 1:
-        raise Unsupported("FC with axis_w other than 1")
     w_blob, w = b.param(op, 1)
+    if w.ndim != 2 or op.args.get("axis_w", 1) != 1:
+        w = fc_weight_2d(op, w, w_blob)
+        b.params[w_blob] = w  # the Dense kernel is made from this 2-D view
     bias_blob, _ = b.param(op, 2)
     name = b.layer_name(op, w_blob)
     rank = len(x.shape)
@@ -247,8 +293,7 @@ def _conv(b, op, x):
 
 def _spatial_bn(b, op, x):
     b.check_order(op)
-    if not op.args.get("is_test", 0):
-        raise Unsupported("SpatialBN in training mode (is_test=0)")
+    _check_bn(op, b.params)
     blobs = [b.param(op, k)[0] for k in range(1, 5)]
     name = b.layer_name(op, blobs[0][:-2] + "_w" if blobs[0].endswith("_s") else op.outputs[0])
     b.routes[name] = dict(zip(("gamma", "beta", "moving_mean", "moving_variance"), blobs))
@@ -268,8 +313,11 @@ def _pool(b, op, x):
     kernel, stride, dilation, pads = _window(op)
     if dilation != (1, 1) or 0 in kernel:
         raise Unsupported(f"{op.type} with dilation {dilation} / kernel {kernel}")
-    if op.args.get("count_include_pad", 0):
-        raise Unsupported("AveragePool with count_include_pad=1")
+    _check_pool(op, b.params)
+    if legacy_pad(op) == CEIL_MODE:  # Caffe's ceil mode: the tail pads are computed
+        tails = [ceil_mode_pads(x.shape[1 + k], kernel[k], stride[k], pads[k])[1]
+                 for k in range(2)]
+        pads = (pads[0], pads[1], *tails)
     cls = keras.layers.MaxPooling2D if maximum else keras.layers.AveragePooling2D
     if not any(pads):
         return cls(kernel, strides=stride, padding="valid", name=name)(x)
@@ -382,12 +430,113 @@ def _lrn(b, op, x):
     return tuple(y) if len(op.outputs) > 1 else y
 
 
-def _sum(b, op, *xs):
-    if op.args.get("broadcast", 0) or any(tuple(x.shape) != tuple(xs[0].shape) for x in xs):
-        raise Unsupported(f"{op.type} of differently shaped blobs (broadcasting)")
-    if len(xs) == 1:
-        return xs[0]
-    return keras.layers.Add(name=b.name(op.outputs[0]))(list(xs))
+ELEMENTWISE = ("Sum", "Add", "Mul")
+_MERGE = {"Sum": keras.layers.Add, "Add": keras.layers.Add, "Mul": keras.layers.Multiply}
+
+
+def broadcast_form(op):
+    """``"legacy"`` (``broadcast=1``: the second input's dims matched from ``axis``, or to
+    the trailing dims), ``"numpy"`` (Add/Mul without it: multidirectional, aligned from the
+    right) or ``"same"`` (Sum: equal shapes)."""
+    if op.type == "Sum":
+        if op.args.get("broadcast", 0):
+            raise Unsupported("Sum with broadcast=1 (Caffe2's Sum takes equal shapes)")
+        return "same"
+    broadcast = op.args.get("broadcast", 0)
+    if broadcast not in (0, 1):
+        raise Unsupported(f"{op.type} with broadcast={broadcast!r} (0 and 1 are converted)")
+    if len(op.inputs) != 2:
+        raise ValueError(f"{op.type} takes 2 inputs, got {len(op.inputs)}")
+    if not broadcast and "axis" in op.args:
+        raise Unsupported(f"{op.type} with axis={op.args['axis']!r} but no broadcast=1")
+    return "legacy" if broadcast else "numpy"
+
+
+def _aligned(op, form, shape, rank):
+    """``shape`` (the second input's, Caffe2 order) placed among ``rank`` dims: the full
+    shape it broadcasts as, 1 where it has no dimension."""
+    shape = list(shape)
+    if form == "legacy":
+        axis = op.args.get("axis", -1)
+        if axis == -1:  # Caffe2: the trailing dims (1s at either end of B do not count)
+            while shape and shape[-1] == 1:
+                shape.pop()
+            axis = rank - len(shape)
+        elif not isinstance(axis, int) or not 0 <= axis < rank:
+            raise ValueError(f"Argument `axis` must be an int in [0, {rank}) or -1 for "
+                             f"{op.type}'s {rank}-D first input. Received: axis={axis!r}")
+    else:
+        axis = rank - len(shape)
+    if axis < 0 or axis + len(shape) > rank:
+        raise ValueError(f"{op.type}: its second input of shape {tuple(shape)} does not fit "
+                         f"at axis {axis} of a {rank}-D first input")
+    return [1] * axis + shape + [1] * (rank - axis - len(shape))
+
+
+def _param_operand(b, op, blob, x, form):
+    """A :class:`Caffe2Broadcast` for parameter ``blob`` applied to data tensor ``x``."""
+    value = b.params[blob]
+    shape = b.caffe2_shape(x)
+    rank = len(shape)
+    full = _aligned(op, form, np.shape(value), rank)
+    bad = [k for k in range(1, rank) if full[k] not in (1, shape[k])]
+    if full[0] != 1 or bad or form == "same" and full[1:] != shape[1:]:
+        raise ValueError(
+            f"parameter '{blob}' of shape {tuple(np.shape(value))} does not broadcast to "
+            f"{op.inputs[0]!r} of shape {tuple(['N', *shape[1:]])} (Caffe2 order) without "
+            "changing it or spanning the batch axis")
+    channels_first = rank == 4 and b.layout == NCHW
+    keras_shape = full[1:]
+    if channels_first:
+        keras_shape = [keras_shape[1], keras_shape[2], keras_shape[0]]
+    name = b.name(blob)
+    layer = Caffe2Broadcast("mul" if op.type == "Mul" else "add", keras_shape,
+                            caffe2_shape=full[1:], channels_first=channels_first, name=name)
+    b.routes[name] = {"weight": blob}
+    return layer(x)
+
+
+def _data_operand(b, op, x, y, form):
+    """``y`` (the second data input) reshaped so that Keras broadcasting matches Caffe2's."""
+    rank, other = len(x.shape), len(y.shape)
+    if form == "legacy" and other < rank:
+        full = _aligned(op, form, b.caffe2_shape(y), rank)
+        if full[0] is not None:  # y's batch axis would meet a dimension of x
+            raise Unsupported(f"{op.type} with broadcast=1 of a data input at axis "
+                              f"{op.args.get('axis', -1)} (only axis 0 keeps its batch axis)")
+        y = b.to_caffe2(y, op.outputs[0])
+        y = keras.layers.Reshape(tuple(full[1:]), name=b.name(op.outputs[0] + "_expand"))(y)
+        return b.from_caffe2(y, op.outputs[0])
+    if other != rank:
+        raise Unsupported(f"{op.type} of data inputs of ranks {rank} and {other}")
+    return y
+
+
+def _elementwise(b, op, *_):
+    form = broadcast_form(op)
+    name = b.name(op.outputs[0])
+    tensors = [blob for blob in op.inputs if blob in b.blobs]
+    params = [blob for blob in op.inputs if blob not in b.blobs]
+    if not tensors:
+        raise Unsupported(f"{op.type} of parameters only (no data input)")
+    if op.type == "Sum":  # data summed, then each parameter added as a trainable weight
+        xs = [b.blobs[blob] for blob in tensors]
+        if any(tuple(x.shape) != tuple(xs[0].shape) for x in xs):
+            raise ValueError(f"Sum of differently shaped blobs "
+                             f"{[tuple(b.caffe2_shape(x)) for x in xs]} (Caffe2's Sum takes "
+                             "equal shapes)")
+        y = xs[0] if len(xs) == 1 else keras.layers.Add(name=name)(xs)
+        for blob in params:
+            y = _param_operand(b, op, blob, y, form)
+        return y
+    first, second = op.inputs
+    if params:  # Add/Mul of a data tensor and a parameter
+        if first in params and form == "legacy":
+            raise Unsupported(f"{op.type} with broadcast=1 of a parameter first input")
+        blob = params[0]
+        return _param_operand(b, op, blob, b.blobs[tensors[0]], form)
+    x, y = b.blobs[first], _data_operand(b, op, b.blobs[first], b.blobs[second], form)
+    return _MERGE[op.type](name=name)([x, y])
 
 
 def _flatten(b, op, x):
@@ -426,9 +575,37 @@ def _reshape(b, op, x):
 HANDLERS = {
     "FC": _fc, "Conv": _conv, "SpatialBN": _spatial_bn, "MaxPool": _pool,
     "AveragePool": _pool, "Softmax": _softmax, "Relu": _activation, "Sigmoid": _activation,
-    "Tanh": _activation, "Dropout": _dropout, "Concat": _concat, "Sum": _sum, "Add": _sum,
+    "Tanh": _activation, "Dropout": _dropout, "Concat": _concat, "Sum": _elementwise,
+    "Add": _elementwise, "Mul": _elementwise,
     "Flatten": _flatten, "Reshape": _reshape, "Split": _split,
     "ChannelShuffle": _channel_shuffle, "LRN": _lrn,
+}
+
+
+def _check_pool(op, params):
+    legacy_pad(op)
+    if op.args.get("count_include_pad", 0):
+        raise Unsupported("AveragePool with count_include_pad=1")
+
+
+def _check_fc(op, params):
+    if len(op.inputs) > 1 and op.inputs[1] in params:
+        fc_weight_2d(op, np.asarray(params[op.inputs[1]]), op.inputs[1])
+
+
+def _check_bn(op, params):
+    if not op.args.get("is_test", 0):
+        raise Unsupported("SpatialBN in training mode (is_test=0)")
+
+
+# Checks that need no shapes but the op's arguments (and its parameters' shapes): run on
+# every op before any layer is built, so that one refusal lists all that is unsupported.
+STATIC_CHECKS = {
+    "Conv": (lambda op, params: legacy_pad(op),), "MaxPool": (_check_pool,),
+    "AveragePool": (_check_pool,), "FC": (_check_fc,), "SpatialBN": (_check_bn,),
+    "Sum": (lambda op, params: broadcast_form(op),),
+    "Add": (lambda op, params: broadcast_form(op),),
+    "Mul": (lambda op, params: broadcast_form(op),),
 }
 # Inputs from this index on are parameters (init-net blobs), not activations.
 PARAM_SLOTS = {"FC": 1, "Conv": 1, "SpatialBN": 1, "Split": 1}

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import keras
 
-from tfinit.caffe2 import _ops
+from tfinit.caffe2 import _ops, _plan
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._keras import load_into_keras
 from tfinit.caffe2._netdef import read_netdef
@@ -24,20 +24,35 @@ def supported_ops():
     return sorted(_HANDLERS)
 
 
-def _param_slots(op):
+def problems(net, params):
+    """What of ``net`` to_keras does not convert (:class:`_plan.Problem` each); [] if none."""
+    return _plan.problems(net, params, _HANDLERS)
+
+
+def _param_slots(op, params=(), written=()):
+    """Indices of ``op``'s inputs that are parameters: the weight slots of FC, Conv, ...;
+    for Add/Mul/Sum the inputs the init net fills (``params``) that no earlier op or data
+    input wrote (``written``)."""
     if op.type == "RecurrentNetwork":
         return param_slots(op)
+    if op.type in _ops.ELEMENTWISE:
+        slots = {k for k, blob in enumerate(op.inputs) if blob in params and blob not in written}
+        return slots - {0} if len(slots) == len(op.inputs) else slots  # one input is data
     first = _ops.PARAM_SLOTS.get(op.type)
     return set() if first is None else set(range(first, len(op.inputs)))
 
 
-def data_inputs(net):
-    """The blobs the predict net reads before writing them, parameters excepted."""
+def data_inputs(net, params=()):
+    """The blobs the predict net reads before writing them, parameters excepted.
+
+    ``params`` (the init net's blobs, or their names) tells a parameter input of Add/Mul
+    (a Caffe Scale layer's scale and bias) from a second data input.
+    """
     produced, inputs = set(), []
     for op in net.ops:
-        params = _param_slots(op)
+        slots = _param_slots(op, params, produced)
         for k, blob in enumerate(op.inputs):
-            if blob not in produced and blob not in inputs and k not in params:
+            if blob not in produced and blob not in inputs and k not in slots:
                 inputs.append(blob)
         produced.update(op.outputs)
     return inputs
@@ -115,7 +130,7 @@ def _run_op(b, k, op):
     try:
         if not op.outputs or not op.inputs:
             raise ValueError("an op needs an input and an output blob")
-        params = _param_slots(op)
+        params = _param_slots(op, b.params, b.blobs)
         activations = [blob for j, blob in enumerate(op.inputs) if j not in params]
         missing = [blob for blob in activations if blob not in b.blobs]
         if missing and op.type != "RecurrentNetwork":
@@ -176,17 +191,15 @@ def build(net, params, input_shape, input_format=None):
     if input_format not in (None, *_FORMATS):
         raise ValueError(f"Argument `input_format` must be 'channels_first', 'channels_last' "
                          f"or None. Received: input_format={input_format!r}")
-    unsupported = [f"{op.type} (op #{k})" for k, op in enumerate(net.ops)
-                   if op.type not in _HANDLERS]
-    if unsupported:
-        raise ValueError(f"to_keras: unsupported Caffe2 op(s): {', '.join(unsupported)}; "
-                         f"supported: {', '.join(supported_ops())}.")
+    refusal = _plan.refusal(problems(net, params), _HANDLERS)
+    if refusal:
+        raise ValueError(refusal)
     try:
         layout = net_layout(net)
     except _ops.Unsupported as err:
         raise ValueError(f"to_keras: unsupported {err}.") from None
     ints = _int_inputs(net)
-    data = data_inputs(net)
+    data = data_inputs(net, params)
     if not data:
         raise ValueError("to_keras: the predict net reads no data input.")
     shapes = _input_shapes(input_shape, data)
