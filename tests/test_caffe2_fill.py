@@ -282,7 +282,7 @@ def test_gaussian_fill():
     sample = fill("GaussianFill", shape=[20000], mean=1.0, std=0.5)
     assert abs(sample.mean() - 1.0) < 6 * 0.5 / np.sqrt(20000)
     assert abs(sample.std() - 0.5) < 6 * 0.5 / np.sqrt(2 * 20000)
-    with pytest.raises(ValueError, match="GaussianFill: argument `std`.*stdv_in must be positive"):
+    with pytest.raises(ValueError, match="GaussianFill: Argument `std`.*stdv_in must be positive"):
         fill("GaussianFill", shape=[3], std=-1.0)
     with pytest.raises(TypeError, match="GaussianFill: argument `std`.*expected field f"):
         fill("GaussianFill", shape=[3], std=1)

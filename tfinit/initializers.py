@@ -27,12 +27,14 @@ from collections.abc import Mapping, MutableMapping
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, fills, registry
+from tfinit import _args, _backend, _fans, registry
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
 from tfinit.parameter_info import ParameterInfo, variable_name
+from tfinit.random_fills import RandomFill
 from tfinit.sources import open_source
 
-tf = _backend.lazy_tensorflow("creating TensorFlow variables (create_param)")
+#: what needs TensorFlow here, named in the error on another backend
+_FEATURE = "creating TensorFlow variables (create_param)"
 
 TRACKING_ATTRIBUTE = "tfinit_params"
 
@@ -51,7 +53,7 @@ def _check_param_name(param_name, who):
 
 def _check_shape(shape, who):
     try:
-        return fills._normalize_shape(shape, f"{who}.create_param")
+        return _args.normalize_shape(shape, f"{who}.create_param")
     except TypeError as err:
         raise TypeError(
             f"{err} tfinit's signature is create_param(param_name, shape, init_net=None); "
@@ -108,7 +110,7 @@ def _check_names_free(init_net, names):
 
 def _scoped(names):
     """``names`` as the variables will be named inside the current ``tf.name_scope``."""
-    scope = tf.get_current_name_scope()
+    scope = _backend.tensorflow(_FEATURE).get_current_name_scope()
     return [f"{scope}/{n}" if scope else n for n in names]
 
 
@@ -124,6 +126,7 @@ def track(init_net, info):
 
 
 def _tf_variable(initial_value, name, dtype, trainable):
+    tf = _backend.tensorflow(_FEATURE)
     return tf.Variable(initial_value=initial_value, name=name, dtype=dtype, trainable=trainable)
 
 
@@ -156,6 +159,7 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
 def create_pair(name, value, spec, *, trainable=True, make_variable=None):
     """:func:`create_master_copy_pair` for an already parsed :class:`PairSpec`."""
     who = "create_master_copy_pair"
+    tf = _backend.tensorflow(_FEATURE)
     make_variable = make_variable or _tf_variable
     if callable(value):
         value = value()
@@ -254,7 +258,7 @@ class Initializer(keras.initializers.Initializer):
 
     def _fill_for_param(self):
         fill = self._require_fill()
-        if isinstance(fill, fills.RandomFill) and self.operator_kwargs.get("seed") is None:
+        if isinstance(fill, RandomFill) and self.operator_kwargs.get("seed") is None:
             # A fresh unseeded operator per parameter, as Caffe2: new values every time.
             fill = build_fill(self.operator_name, self.operator_kwargs)
         return fill
@@ -279,6 +283,7 @@ class Initializer(keras.initializers.Initializer):
 
     def _create(self, name, shape, dtype, trainable):
         value = self._fill_for_param()(shape, dtype)
+        tf = _backend.tensorflow(_FEATURE)
         variable = tf.Variable(value, name=name, trainable=trainable)
         return ParameterInfo(variable, shape)
 
@@ -394,6 +399,7 @@ class ExternalInitializer:
 
     def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
         """Variable ``param_name`` holding the source's array of that name."""
+        tf = _backend.tensorflow(_FEATURE)
         who = type(self).__name__
         param_name = _check_param_name(param_name, who)
         shape = _check_shape(shape, who)
@@ -415,7 +421,7 @@ class ExternalInitializer:
                 f"{self.source} holds {stored.name}; values are not converted."
             )
         if isinstance(value, np.ndarray):
-            value = fills.tf_tensor_from_numpy(value)
+            value = _backend.tf_tensor_from_numpy(value)
         variable = tf.Variable(value, name=param_name, trainable=trainable)
         info = ParameterInfo(variable, shape)
         track(init_net, info)

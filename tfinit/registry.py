@@ -7,6 +7,8 @@ the Caffe2 importer) share one table and one error message for unknown names.
 import difflib
 import inspect
 
+import keras
+
 _FILL_OPS = {}
 
 
@@ -60,3 +62,66 @@ def build(name, kwargs=None):
             f"{name} takes {', '.join(accepted) or 'no arguments'}.{hint}"
         )
     return cls(**kwargs)
+
+
+def get(identifier):
+    """A Keras initializer from a Caffe2 op name, a ``(name, kwargs)`` tuple as
+    Caffe2's brew took it, a Keras config dict or name, an initializer, or None.
+
+    The counterpart of ``keras.initializers.get`` that also knows Caffe2's names and
+    brew's ``("GaussianFill", {"std": 0.01})`` form; a name tfinit does not know is
+    passed on to Keras (``"glorot_uniform"``).
+
+    Args:
+        identifier: a fill operator name, an ``(op_name, kwargs_dict)`` pair, a Keras
+            initializer (instance or class), a Keras config dict or name, a callable, or
+            ``None``.
+
+    Returns:
+        A Keras initializer (``None`` for ``None``; instances and callables unchanged).
+
+    Raises:
+        ValueError: an unknown name (close matches named) or a bad argument value.
+        TypeError: an unexpected argument name, a malformed tuple, or another type.
+
+    Example:
+
+    >>> import tfinit
+    >>> tfinit.get(("GaussianFill", {"std": 0.01, "seed": 1}))
+    GaussianFill(mean=0.0, std=0.01, seed=1, rng='keras')
+    >>> tfinit.get("RangeFill")
+    RangeFill()
+    >>> tfinit.get("XavierFil")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown fill operator 'XavierFil'. Did you mean: XavierFill? ...
+    """
+    if identifier is None or isinstance(identifier, keras.initializers.Initializer):
+        return identifier
+    if isinstance(identifier, str):
+        try:
+            return build(identifier, {})
+        except ValueError as ours:
+            try:
+                return keras.initializers.get(identifier)
+            except ValueError:
+                raise ours from None
+    if isinstance(identifier, (tuple, list)):
+        if len(identifier) != 2 or not isinstance(identifier[1], dict):
+            raise TypeError(
+                "tfinit.get: Argument `identifier` given as a tuple must be (op_name, "
+                "kwargs_dict) as in Caffe2's brew, e.g. ('GaussianFill', {'std': 0.01}). "
+                f"Received: identifier={identifier!r}."
+            )
+        return build(identifier[0], identifier[1])
+    if isinstance(identifier, dict):
+        return keras.initializers.get(identifier)
+    if isinstance(identifier, type) and issubclass(identifier, keras.initializers.Initializer):
+        return identifier()
+    if callable(identifier):
+        return identifier
+    raise TypeError(
+        "tfinit.get: Argument `identifier` must be a fill operator name, an (op_name, kwargs) "
+        "tuple, a Keras initializer, a config dict or None. "
+        f"Received: identifier={identifier!r} (of type {type(identifier).__name__})."
+    )
