@@ -554,3 +554,12 @@ def test_deterministic_init_net_is_bit_identical_to_what_caffe2_produced():
         assert blobs[name].dtype == expected[name].dtype, name
         assert blobs[name].shape == expected[name].shape, name
         assert blobs[name].tobytes() == expected[name].tobytes(), name
+
+
+def test_data_type_is_the_named_caffe2_enum():
+    assert _fill.data_type("int64") is _fill.DataType.INT64 == 10
+    assert _fill.data_type(13) is _fill.DataType.DOUBLE
+    assert _fill.data_type(99) == 99 and not isinstance(_fill.data_type(99), _fill.DataType)
+    assert _fill.DATA_TYPES == {m.name: m.value for m in _fill.DataType}
+    with pytest.raises(ValueError, match="99 \\(unknown\\) is not supported"):
+        fill("GivenTensorFill", values=[1.0], shape=[1], dtype=99)

@@ -5,31 +5,56 @@ argument goes through Caffe2's ``Argument`` message, so Python floats pass throu
 float32 and an op reads only the field of its type (``min=0`` is an int, not the
 float UniformFill wants). Shapes follow ``FillerOp``: a ``shape`` list, or the shape
 of input 0 plus ``extra_shape``, or input 0's values with ``input_as_shape=1``.
-Values come from the ``tfinit.fills`` classes (through ``tfinit.registry``) in
+Values come from the ``tfinit`` fill classes (through ``tfinit.registry``) in
 Caffe2 layout; this module only translates arguments and checks them as Caffe2 does.
 """
 
+import enum
 import math
 
 import keras
 import numpy as np
 
-from tfinit import fills, registry
+from tfinit import registry
+from tfinit._exact import check_exact_cast
 from tfinit.caffe2._netdef import make_arg, read_netdef
 
-#: Caffe2's ``TensorProto.DataType`` enum.
-DATA_TYPES = {
-    "UNDEFINED": 0, "FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5, "UINT8": 6,
-    "INT8": 7, "UINT16": 8, "INT16": 9, "INT64": 10, "FLOAT16": 12, "DOUBLE": 13,
-    "ZERO_COLLISION_HASH": 14,
-}
-_DTYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
+
+class DataType(enum.IntEnum):
+    """Caffe2's ``TensorProto.DataType`` (``caffe2.proto``): the ``dtype`` argument's values."""
+
+    UNDEFINED = 0
+    FLOAT = 1
+    INT32 = 2
+    BYTE = 3
+    STRING = 4
+    BOOL = 5
+    UINT8 = 6
+    INT8 = 7
+    UINT16 = 8
+    INT16 = 9
+    INT64 = 10
+    FLOAT16 = 12
+    DOUBLE = 13
+    ZERO_COLLISION_HASH = 14
+
+
+#: Caffe2's ``TensorProto.DataType`` enum, name -> int.
+DATA_TYPES = {member.name: int(member) for member in DataType}
 #: numpy dtypes of the Caffe2 data types tfinit can produce (STRING: object arrays of bytes).
 NUMPY_DTYPES = {
-    1: "float32", 2: "int32", 3: "uint8", 4: "object", 5: "bool", 6: "uint8", 7: "int8",
-    8: "uint16", 9: "int16", 10: "int64", 12: "float16", 13: "float64",
+    DataType.FLOAT: "float32", DataType.INT32: "int32", DataType.BYTE: "uint8",
+    DataType.STRING: "object", DataType.BOOL: "bool", DataType.UINT8: "uint8",
+    DataType.INT8: "int8", DataType.UINT16: "uint16", DataType.INT16: "int16",
+    DataType.INT64: "int64", DataType.FLOAT16: "float16", DataType.DOUBLE: "float64",
 }
-_CONSTANT_DTYPES = (1, 13, 5, 7, 9, 2, 10, 6, 8, 4)  # ConstantFill's switch
+#: ConstantFill's switch, in Caffe2's order
+_CONSTANT_DTYPES = (
+    DataType.FLOAT, DataType.DOUBLE, DataType.BOOL, DataType.INT8, DataType.INT16,
+    DataType.INT32, DataType.INT64, DataType.UINT8, DataType.UINT16, DataType.STRING,
+)
+#: DiagonalFill's switch: ConstantFill's without STRING
+_DIAGONAL_DTYPES = _CONSTANT_DTYPES[:-1]
 _FILLER_ARGS = ("shape", "extra_shape", "input_as_shape", "dtype")
 
 
@@ -145,7 +170,11 @@ def _describe(value):
 
 
 def data_type(value, op_type="fill"):
-    """A Caffe2 ``TensorProto.DataType`` int from an int or a name ('FLOAT', 'int64')."""
+    """A Caffe2 ``TensorProto.DataType`` from an int or a name ('FLOAT', 'int64').
+
+    A known value is a :class:`DataType` (an ``int``); an unknown int stays a plain int, so
+    the operator that reads it can name it in its own error, as Caffe2 does.
+    """
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, str):
@@ -155,9 +184,10 @@ def data_type(value, op_type="fill"):
                 f"{op_type}: argument `dtype`: unknown Caffe2 data type {value!r}; "
                 f"known: {', '.join(DATA_TYPES)}."
             )
-        return DATA_TYPES[key]
+        return DataType[key]
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
+        value = int(value)
+        return DataType(value) if value in DATA_TYPES.values() else value
     raise TypeError(
         f"{op_type}: argument `dtype` must be a TensorProto.DataType int or name, "
         f"got {_describe(value)}."
@@ -165,18 +195,18 @@ def data_type(value, op_type="fill"):
 
 
 def _dtype_error(op, dtype):
-    if dtype == 0:
+    if dtype == DataType.UNDEFINED:
         return op.error("dtype", f"UNDEFINED (0) is not allowed (Caffe2: '{op.type} op "
                         "cannot have undefined 'dtype' argument').")
-    name = _DTYPE_NAMES.get(dtype, "unknown")
-    return op.error("dtype", f"{dtype} ({name}) is not supported (Caffe2: 'Unexpected "
-                    f"'dtype' argument value: {dtype}').")
+    name = dtype.name if isinstance(dtype, DataType) else "unknown"
+    return op.error("dtype", f"{int(dtype)} ({name}) is not supported (Caffe2: 'Unexpected "
+                    f"'dtype' argument value: {int(dtype)}').")
 
 
 def _exact(op, arg, values, dtype):
     """Caffe2's lossless integer conversion of argument values, naming the argument."""
     try:
-        fills.check_exact_cast(np.asarray(values), dtype, op.type)
+        check_exact_cast(np.asarray(values), dtype, op.type)
     except ValueError as err:
         raise op.error(arg, str(err).split(": ", 1)[-1]) from None
 
@@ -187,18 +217,18 @@ def _exact(op, arg, values, dtype):
 def _value_dtype(op, allowed):
     """ConstantFill/DiagonalFill: dtype from the argument, else inferred from `value`."""
     if "dtype" in op.args:
-        dtype = op.dtype_arg(1)
+        dtype = op.dtype_arg(DataType.FLOAT)
     elif "value" in op.args and op.args["value"] is not None:
         value = op.args["value"]
         if isinstance(value, float):
-            dtype = 1
+            dtype = DataType.FLOAT
         elif isinstance(value, int):
-            dtype = 10  # ints and bools are stored in the int64 field
+            dtype = DataType.INT64  # ints and bools are stored in the int64 field
         else:
             raise op.error("value", f"is of unexpected type ({_describe(value)}); "
                            "Caffe2 infers the dtype only from a float or an int.", TypeError)
     else:
-        dtype = 1
+        dtype = DataType.FLOAT
     if dtype not in allowed:
         raise _dtype_error(op, dtype)
     return dtype
@@ -206,9 +236,9 @@ def _value_dtype(op, allowed):
 
 def _typed_value(op, dtype):
     """The `value` argument read from the field ``dtype`` needs (default 0)."""
-    if dtype in (1, 13):
+    if dtype in (DataType.FLOAT, DataType.DOUBLE):
         return op.float_arg("value", 0.0)
-    if dtype == 4:
+    if dtype == DataType.STRING:
         value = op.args.get("value")
         if value is None:
             return b""
@@ -217,7 +247,7 @@ def _typed_value(op, dtype):
                            f"{_describe(value)} (Caffe2: 'expected field s').", TypeError)
         return value
     value = op.int_arg("value", 0)
-    if dtype == 5:
+    if dtype == DataType.BOOL:
         return int(bool(value))  # Caffe2 casts the int to bool without a range check
     _exact(op, "value", value, NUMPY_DTYPES[dtype])
     return value
@@ -227,7 +257,7 @@ def _constant_fill(op):
     dtype = _value_dtype(op, _CONSTANT_DTYPES)
     value = _typed_value(op, dtype)
     shape = op.shape()
-    if dtype == 4:
+    if dtype == DataType.STRING:
         out = np.empty(shape, dtype=object)
         out.fill(value)
         return out
@@ -236,7 +266,7 @@ def _constant_fill(op):
 
 
 def _diagonal_fill(op):
-    dtype = _value_dtype(op, (1, 13, 5, 7, 9, 2, 10, 6, 8))
+    dtype = _value_dtype(op, _DIAGONAL_DTYPES)
     value = _typed_value(op, dtype)
     name = NUMPY_DTYPES[dtype]
     kwargs = {"value": value, "dtype": name, "layout": "caffe2"}
@@ -316,8 +346,8 @@ def _msra_fill(op):
 
 
 def _unique_uniform_fill(op):
-    dtype = op.dtype_arg(2)
-    if dtype not in (2, 10):
+    dtype = op.dtype_arg(DataType.INT32)
+    if dtype not in (DataType.INT32, DataType.INT64):
         raise _dtype_error(op, dtype)
     for arg in ("min", "max"):
         if op.args.get(arg) is None:
@@ -345,19 +375,25 @@ def _unique_uniform_fill(op):
 
 # op -> (tfinit class or None, Caffe2 data type it reads when no dtype applies)
 _GIVEN = {
-    "GivenTensorFill": ("GivenTensorFill", 1),
-    "GivenTensorDoubleFill": ("GivenTensorDoubleFill", 13),
-    "GivenTensorIntFill": ("GivenTensorIntFill", 2),
-    "GivenTensorInt64Fill": ("GivenTensorInt64Fill", 10),
-    "GivenTensorInt16Fill": ("GivenTensorInt16Fill", 9),
-    "GivenTensorBoolFill": ("GivenTensorBoolFill", 5),
-    "GivenTensorStringFill": (None, 4),
-    "GivenTensorByteStringToUInt8Fill": (None, 6),
+    "GivenTensorFill": ("GivenTensorFill", DataType.FLOAT),
+    "GivenTensorDoubleFill": ("GivenTensorDoubleFill", DataType.DOUBLE),
+    "GivenTensorIntFill": ("GivenTensorIntFill", DataType.INT32),
+    "GivenTensorInt64Fill": ("GivenTensorInt64Fill", DataType.INT64),
+    "GivenTensorInt16Fill": ("GivenTensorInt16Fill", DataType.INT16),
+    "GivenTensorBoolFill": ("GivenTensorBoolFill", DataType.BOOL),
+    "GivenTensorStringFill": (None, DataType.STRING),
+    "GivenTensorByteStringToUInt8Fill": (None, DataType.UINT8),
 }
-_GIVEN_BY_DTYPE = {1: "GivenTensorFill", 13: "GivenTensorDoubleFill", 5: "GivenTensorBoolFill",
-                   9: "GivenTensorInt16Fill", 2: "GivenTensorIntFill", 10: "GivenTensorInt64Fill",
-                   4: "GivenTensorStringFill"}
-_FIELD_OF = {1: "floats", 13: "floats", 4: "strings", 6: "strings"}
+#: GivenTensorFill's ``dtype`` argument -> the op it then behaves as
+_GIVEN_BY_DTYPE = {
+    DataType.FLOAT: "GivenTensorFill", DataType.DOUBLE: "GivenTensorDoubleFill",
+    DataType.BOOL: "GivenTensorBoolFill", DataType.INT16: "GivenTensorInt16Fill",
+    DataType.INT32: "GivenTensorIntFill", DataType.INT64: "GivenTensorInt64Fill",
+    DataType.STRING: "GivenTensorStringFill",
+}
+#: the Argument field Caffe2 reads `values` from, per data type (others: "ints")
+_FIELD_OF = {DataType.FLOAT: "floats", DataType.DOUBLE: "floats", DataType.STRING: "strings",
+             DataType.UINT8: "strings"}
 
 
 def _given_values(op, dtype):
@@ -378,12 +414,12 @@ def _given_values(op, dtype):
 def _given_tensor_fill(op):
     cls_name, dtype = _GIVEN[op.type]
     if op.type == "GivenTensorFill" and "dtype" in op.args:  # only it honours dtype
-        dtype = op.dtype_arg(1)
+        dtype = op.dtype_arg(DataType.FLOAT)
         if dtype not in _GIVEN_BY_DTYPE:
             raise _dtype_error(op, dtype)
         cls_name = _GIVEN_BY_DTYPE[dtype]
     values = _given_values(op, dtype)
-    if dtype == 6:  # one byte string -> its bytes as uint8
+    if dtype == DataType.UINT8:  # one byte string -> its bytes as uint8
         values = np.frombuffer(values[0], dtype=np.uint8) if values else np.zeros(0, np.uint8)
     shape = op.shape()
     count = len(values)
@@ -397,13 +433,13 @@ def _given_tensor_fill(op):
         raise op.error("values", f"shape {list(shape)} has {math.prod(shape)} elements but "
                        f"{count} values were given{hint} (Caffe2: 'output->numel() == "
                        f"values_.numel(). {math.prod(shape)} vs {count}').")
-    if dtype == 4:
+    if dtype == DataType.STRING:
         out = np.empty(count, dtype=object)
         out[:] = values
         return out.reshape(shape)
-    if dtype == 6:
+    if dtype == DataType.UINT8:
         return values.reshape(shape).copy()
-    if dtype == 5:
+    if dtype == DataType.BOOL:
         values = np.asarray(values) != 0  # Caffe2 casts ints to bool without a range check
     else:
         _exact(op, "values", values, NUMPY_DTYPES[dtype])
