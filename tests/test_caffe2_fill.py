@@ -1,16 +1,13 @@
 """tfinit.caffe2.fill / load_init_net against Caffe2's fill semantics (docs/caffe2-semantics.md)."""
 
-import os
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from caffe2_nets import models_dir  # noqa: E402
-from tfinit.caffe2 import DeviceOption, NetDef, Operator, fill, load_init_net  # noqa: E402
-from tfinit.caffe2 import _fill  # noqa: E402
+from caffe2_nets import models_dir
+from tfinit.caffe2 import DeviceOption, NetDef, Operator, fill, load_init_net
+from tfinit.caffe2 import _fill
 
 # ---------------------------------------------------------------- ConstantFill
 

@@ -8,14 +8,12 @@ import hashlib
 import json
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import pytest
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import tfinit  # noqa: E402
-from tfinit import _caffe2_rng, registry  # noqa: E402
+import tfinit
+from tfinit import _caffe2_rng, registry
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 

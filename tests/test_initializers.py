@@ -9,18 +9,15 @@ variables are marked ``tensorflow_only``; the others also run under ``KERAS_BACK
 """
 
 import functools
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import keras  # noqa: E402
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import tfinit  # noqa: E402
-from tfinit import (  # noqa: E402
+import tfinit
+from tfinit import (
     ExternalInitializer,
     Initializer,
     ParameterInfo,
@@ -28,7 +25,7 @@ from tfinit import (  # noqa: E402
     ReversePseudoFP16Initializer,
     update_initializer,
 )
-from tfinit.initializers import create_master_copy_pair  # noqa: E402
+from tfinit.initializers import create_master_copy_pair
 
 TENSORFLOW_ONLY = pytest.mark.tensorflow_only
 

@@ -1,13 +1,10 @@
 """tfinit.parameter_info: the record of one created parameter (Caffe2's ParameterInfo)."""
 
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import pytest
+import tensorflow as tf
 
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import ParameterInfo  # noqa: E402
+from tfinit import ParameterInfo
 
 
 def test_fields_caffe2_code_reads():

@@ -1,16 +1,11 @@
 """tfinit.sources: where ExternalInitializer finds values (mapping, npz, checkpoint, init_net)."""
 
-import os
-import sys
-import types
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import sources  # noqa: E402
+from tfinit import sources
 
 
 # ---------------------------------------------------------------- mapping
@@ -208,8 +203,8 @@ def test_caffe2_init_net_dispatch_calls_load_init_net(tmp_path, monkeypatch):
         calls.append(init_net)
         return {"fc_w": np.ones((2, 2), np.float32)}
 
-    monkeypatch.setitem(sys.modules, "tfinit.caffe2",
-                        types.SimpleNamespace(load_init_net=load_init_net))
+    monkeypatch.setattr(sources, "_init_net_reader", None)
+    assert sources.register_init_net_reader(load_init_net) is None
     pb = tmp_path / "init_net.pb"
     pb.write_bytes(b"\x0a\x00")
     src = sources.open_source(str(pb))
@@ -221,3 +216,17 @@ def test_caffe2_init_net_dispatch_calls_load_init_net(tmp_path, monkeypatch):
     assert calls[-1] == b"\x0a\x00" and "2 bytes" in str(src)
     with pytest.raises(FileNotFoundError, match="Caffe2 init_net"):
         sources.Caffe2InitNetSource(str(tmp_path / "absent.pb"))
+
+
+def test_tfinit_caffe2_registers_its_init_net_reader():
+    import tfinit.caffe2
+
+    assert sources._init_net_reader is tfinit.caffe2.load_init_net
+    with pytest.raises(TypeError, match="Argument `reader` must be callable"):
+        sources.register_init_net_reader("load_init_net")
+
+
+def test_without_a_reader_init_nets_are_refused_clearly(monkeypatch):
+    monkeypatch.setattr(sources, "_init_net_reader", None)
+    with pytest.raises(ImportError, match="import tfinit.caffe2"):
+        sources.open_source(b"\x0a\x00")

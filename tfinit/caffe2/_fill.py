@@ -15,7 +15,7 @@ import math
 import keras
 import numpy as np
 
-from tfinit import registry
+from tfinit import registry, sources
 from tfinit._exact import check_exact_cast
 from tfinit.caffe2._netdef import make_arg, read_netdef
 
@@ -619,3 +619,7 @@ def load_init_net(source, seed=None, seeds=None):
         except (ValueError, TypeError) as err:
             raise type(err)(f"{where}: {err}") from None
     return blobs
+
+
+# ExternalInitializer reads init_nets through tfinit.sources, which sits below this package.
+sources.register_init_net_reader(load_init_net)
