@@ -278,6 +278,7 @@ def test_model_built_by_its_first_call_after_the_scope_gets_fp32_filled_masters(
 # ----------------------------------------------------------------- 6. other backends
 
 
+@pytest.mark.slow  # a subprocess
 def test_scope_on_jax_backend_refuses_naming_tensorflow():
     code = textwrap.dedent("""
         import tfinit
