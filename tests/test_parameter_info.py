@@ -29,7 +29,7 @@ def test_variables_without_copies_and_scalar_shape():
 
 def test_bad_blob_copy():
     v = tf.Variable(1.0, name="s")
-    with pytest.raises(TypeError, match="'s': blob_copy must be a dict"):
+    with pytest.raises(TypeError, match="'s': Argument `blob_copy` must be a dict"):
         ParameterInfo(v, [], blob_copy=[v])
     with pytest.raises(TypeError, match="'s': blob_copy keys must be dtypes"):
         ParameterInfo(v, [], blob_copy={object(): v})

@@ -219,9 +219,34 @@ def build_fill(operator_name, kwargs):
 class Initializer(keras.initializers.Initializer):
     """Creates a parameter filled by a Caffe2 fill operator (Caffe2's ``Initializer``).
 
-    ``Initializer("MSRAFill", layout="caffe2")``; an unknown operator name or argument
-    fails here, with the fill registry's error. Also a Keras initializer:
-    ``Dense(4, kernel_initializer=Initializer("XavierFill"))``.
+    Same contract as Caffe2's ``modeling/initializers.py``: the operator is named once (at
+    construction or by ``update``), and ``create_param(param_name=, shape=, init_net=)``
+    creates the parameter and returns its :class:`ParameterInfo`. Where Caffe2 added a fill
+    op to ``init_net``, tfinit creates the ``tf.Variable`` at once (TensorFlow backend).
+    Without a ``seed`` each ``create_param`` draws new values, as an unseeded Caffe2 op did.
+    Also a Keras initializer: ``Dense(4, kernel_initializer=Initializer("XavierFill"))``.
+
+    Args:
+        operator_name: a Caffe2 fill operator name (``tfinit.fill_ops()``), or ``None`` to
+            set it later with ``update``.
+        **kwargs: the operator's Caffe2 arguments; ``layout="caffe2"`` for code that
+            passes Caffe2-layout shapes (``[out, in]``, OIHW).
+
+    Raises:
+        ValueError: an unknown operator name (close matches named) or a bad argument value.
+        TypeError: an argument the operator does not take.
+
+    Example:
+
+    >>> import tfinit
+    >>> init = tfinit.Initializer("GaussianFill", std=0.01, seed=1, rng="caffe2")
+    >>> info = init.create_param(param_name="fc_w", shape=[4, 3])
+    >>> info.name, info.shape, info.param.dtype.name
+    ('fc_w', (4, 3), 'float32')
+    >>> init.update("XavierFill", {})
+    Traceback (most recent call last):
+    ...
+    ValueError: Initializer already uses operator 'GaussianFill'; operator name overwrites ...
     """
 
     def __init__(self, operator_name=None, **kwargs):
@@ -266,7 +291,21 @@ class Initializer(keras.initializers.Initializer):
     def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
         """Create variable ``param_name`` of exactly ``shape``; its ``ParameterInfo``.
 
-        ``dtype``: the variable's dtype (default: the fill's own, then Keras's floatx).
+        Args:
+            param_name: the variable's name (inside any ``tf.name_scope``).
+            shape: the parameter's shape, fully known non-negative integers.
+            init_net: where to track the variables for checkpoints: ``None``, a
+                ``tf.Module`` (or another trackable) or a dict.
+            dtype: the variable's dtype (default: the fill's own, then Keras's floatx).
+            trainable: whether the variable is trainable.
+
+        Returns:
+            The :class:`ParameterInfo` of the created variable.
+
+        Raises:
+            TypeError: a bad ``param_name``/``shape``/``init_net``.
+            ValueError: no operator yet, or a name ``init_net`` already holds.
+            RuntimeError: the Keras backend is not TensorFlow.
         """
         who = type(self).__name__
         param_name = _check_param_name(param_name, who)
@@ -370,6 +409,27 @@ class PseudoFP16Initializer(_FP16PairInitializer):
 
     As Caffe2: the fill writes ``P_fp32``, then ``P = FloatToHalf(P_fp32)``; so
     ``P == cast(P_fp32)`` exactly. ``compute_dtype="bfloat16"`` makes ``P`` bfloat16.
+    The master is not trainable: optimizers reach it through ``blob_copy``. Used as a
+    Keras initializer, it returns the fill's fp32 values cast to the 16-bit dtype.
+
+    Args:
+        operator_name: a floating Caffe2 fill operator name, or ``None`` (see ``update``).
+        compute_dtype: ``"float16"`` (default) or ``"bfloat16"``.
+        **kwargs: the operator's Caffe2 arguments.
+
+    Raises:
+        ValueError: a non-floating fill, a bad ``compute_dtype``, an unknown operator;
+            at ``create_param``, a ``dtype`` other than the 16-bit one.
+
+    Example:
+
+    >>> import tensorflow as tf, tfinit
+    >>> init = tfinit.PseudoFP16Initializer("XavierFill", seed=1)
+    >>> info = init.create_param(param_name="p", shape=[3, 2])
+    >>> info.param.dtype.name, info.blob_copy[tf.float32].dtype.name
+    ('float16', 'float32')
+    >>> bool(tf.reduce_all(info.param == tf.cast(info.blob_copy[tf.float32], tf.float16)))
+    True
     """
 
     mode = Mode.PSEUDO_FP16
@@ -379,7 +439,29 @@ class PseudoFP16Initializer(_FP16PairInitializer):
 class ReversePseudoFP16Initializer(_FP16PairInitializer):
     """Primary ``P`` is fp32; the copy ``P_fp16`` (``P_bf16``) is in ``blob_copy``.
 
-    As Caffe2: the fill writes ``P``, then ``P_fp16 = FloatToHalf(P)``.
+    As Caffe2: the fill writes ``P``, then ``P_fp16 = FloatToHalf(P)``; so
+    ``P_fp16 == cast(P)`` exactly. The copy is not trainable.
+
+    Args:
+        operator_name: a floating Caffe2 fill operator name, or ``None`` (see ``update``).
+        compute_dtype: ``"float16"`` (default; copy ``P_fp16``) or ``"bfloat16"``
+            (copy ``P_bf16``).
+        **kwargs: the operator's Caffe2 arguments.
+
+    Raises:
+        ValueError: a non-floating fill, a bad ``compute_dtype``, an unknown operator;
+            at ``create_param``, a ``dtype`` other than float32.
+
+    Example:
+
+    >>> import tensorflow as tf, tfinit
+    >>> init = tfinit.ReversePseudoFP16Initializer("ConstantFill", value=0.1,
+    ...                                            compute_dtype="bfloat16")
+    >>> info = init.create_param(param_name="q", shape=[2])
+    >>> info.param.dtype.name, sorted(d.name for d in info.blob_copy)
+    ('float32', ['bfloat16'])
+    >>> info.blob_copy[tf.bfloat16].numpy().tolist()
+    [0.10009765625, 0.10009765625]
     """
 
     mode = Mode.REVERSE
@@ -388,17 +470,51 @@ class ReversePseudoFP16Initializer(_FP16PairInitializer):
 class ExternalInitializer:
     """The value is provided, never generated (Caffe2's ``ExternalInitializer``).
 
-    ``source``: see ``tfinit.sources.open_source`` (mapping, ``.npz``, TF checkpoint,
-    Caffe2 init_net). Caffe2 did no sanity checks; here the stored array must have exactly
-    the asked ``shape`` (and ``dtype`` when one is asked), or ``ValueError``; a missing
-    name is a ``KeyError`` naming the parameter and the source.
+    Caffe2 did no sanity checks; here the stored array must have exactly the asked
+    ``shape`` (and ``dtype`` when one is asked), or ``ValueError``; a missing name is a
+    ``KeyError`` naming the parameter and the source, with a few names it holds.
+    Values are never converted. Needs the TensorFlow backend to create variables.
+
+    Args:
+        source: a mapping of name -> array, an ``.npz`` path, a Caffe2 ``init_net``
+            (``.pb`` path or bytes), a TensorFlow checkpoint (prefix, ``.index`` file,
+            directory or reader), or a ``tfinit.sources.Source``.
+
+    Raises:
+        TypeError, FileNotFoundError, ValueError: a source that cannot be opened.
+
+    Example:
+
+    >>> import numpy as np, tfinit
+    >>> init = tfinit.ExternalInitializer({"fc_w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    >>> init.create_param(param_name="fc_w", shape=[2, 3]).param.numpy().tolist()
+    [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    >>> init.create_param(param_name="fc_b", shape=[3])
+    Traceback (most recent call last):
+    ...
+    KeyError: "Parameter 'fc_b' is not in a mapping of 1 arrays; it holds 'fc_w'."
     """
 
     def __init__(self, source):
         self.source = open_source(source)
 
     def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
-        """Variable ``param_name`` holding the source's array of that name."""
+        """Variable ``param_name`` holding the source's array of that name.
+
+        Args:
+            param_name: the name to look up in the source and to give the variable.
+            shape: the shape the stored array must have.
+            init_net: where to track the variable (as ``Initializer.create_param``).
+            dtype: when given, the dtype the stored array must have.
+            trainable: whether the variable is trainable.
+
+        Returns:
+            The :class:`ParameterInfo` of the created variable.
+
+        Raises:
+            KeyError: ``param_name`` is not in the source.
+            ValueError: the stored shape or dtype differs from the asked one.
+        """
         tf = _backend.tensorflow(_FEATURE)
         who = type(self).__name__
         param_name = _check_param_name(param_name, who)
@@ -440,6 +556,28 @@ def update_initializer(initializer_class, operator_name_and_kwargs,
     a class or factory (``functools.partial(PseudoFP16Initializer, compute_dtype=...)``),
     not an instance, and cannot be ``ExternalInitializer`` (it takes no operator; Caffe2
     fails with ``TypeError`` too).
+
+    Args:
+        initializer_class: an initializer class or factory, or ``None`` for ``Initializer``.
+        operator_name_and_kwargs: ``(operator_name, kwargs_dict)`` or ``None``.
+        default_operator_name_and_kwargs: the pair used when the one above is ``None``.
+
+    Returns:
+        ``initializer_class(operator_name, **kwargs)``.
+
+    Raises:
+        TypeError: a malformed pair, an instance instead of a class, or
+            ``ExternalInitializer``.
+
+    Example:
+
+    >>> import tfinit
+    >>> init = tfinit.update_initializer(None, None, ("ConstantFill", {"value": 0.5}))
+    >>> type(init).__name__, init.operator_name, init.operator_kwargs
+    ('Initializer', 'ConstantFill', {'value': 0.5})
+    >>> tfinit.update_initializer(tfinit.PseudoFP16Initializer, ("MSRAFill", {}),
+    ...                           ("ConstantFill", {})).operator_name
+    'MSRAFill'
     """
     args = operator_name_and_kwargs or default_operator_name_and_kwargs
     if (not isinstance(args, (tuple, list)) or len(args) != 2 or not isinstance(args[0], str)

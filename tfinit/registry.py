@@ -19,7 +19,22 @@ def register(cls):
 
 
 def fill_ops():
-    """The Caffe2 fill operator names tfinit implements, sorted."""
+    """The Caffe2 fill operator names tfinit implements, sorted.
+
+    Each name is a ``tfinit`` class, a Keras initializer identifier once tfinit is imported
+    (``Dense(4, kernel_initializer="XavierFill")``) and a name ``tfinit.get`` accepts.
+
+    Returns:
+        A sorted list of operator names.
+
+    Example:
+
+    >>> import tfinit
+    >>> tfinit.fill_ops()[:4]
+    ['ConstantFill', 'DiagonalFill', 'GaussianFill', 'GivenTensorBoolFill']
+    >>> "XavierFill" in tfinit.fill_ops()
+    True
+    """
     return sorted(_FILL_OPS)
 
 
@@ -94,7 +109,7 @@ def get(identifier):
     >>> tfinit.get("XavierFil")
     Traceback (most recent call last):
     ...
-    ValueError: Unknown fill operator 'XavierFil'. Did you mean: XavierFill? ...
+    ValueError: Unknown fill operator 'XavierFil'. Did you mean: XavierFill, ...
     """
     if identifier is None or isinstance(identifier, keras.initializers.Initializer):
         return identifier
