@@ -23,7 +23,7 @@ def numpy_dtype(dtype):
     return np.dtype(dtype)
 
 
-def check_exact_cast(values, dtype, op_name):
+def check_exact_cast(values, dtype, op_name, arg=None):
     """Raise ``ValueError`` unless ``values`` (numpy) cast exactly to ``dtype``.
 
     Exact means the cast round-trips, except float -> float, which rounds to
@@ -33,6 +33,7 @@ def check_exact_cast(values, dtype, op_name):
         values: array-like of numbers.
         dtype: a Keras dtype name.
         op_name: the operator named in the error.
+        arg: the argument the values came from, named in the error (if any).
 
     Raises:
         ValueError: a value that ``dtype`` cannot hold, the first one named.
@@ -59,6 +60,12 @@ def check_exact_cast(values, dtype, op_name):
             bad = cast.astype(values.dtype) != values
     if np.any(bad):
         first = values.reshape(-1)[int(np.argmax(bad.reshape(-1)))].item()
+        if arg is not None:
+            raise ValueError(
+                f"{op_name}: Argument `{arg}` must hold values exactly representable as "
+                f"{dtype} (values are cast only when exact). Received: {arg} holding "
+                f"{first!r}, which {dtype} cannot represent exactly."
+            )
         raise ValueError(
             f"{op_name}: value {first!r} cannot be represented exactly as {dtype}; "
             f"pass a dtype that holds it (values are cast only when exact)."

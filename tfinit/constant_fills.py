@@ -44,7 +44,7 @@ class ConstantFill(Fill):
         self.value = _args.check_real(value, self.op_name, "value", finite=False)
         self.dtype = _args.standardize_dtype(dtype, self.op_name)
         if self.dtype is not None:
-            _exact.check_exact_cast(np.asarray(value), self.dtype, self.op_name)
+            _exact.check_exact_cast(np.asarray(value), self.dtype, self.op_name, "value")
 
     def _fill(self, shape, dtype):
         scalar = _exact.to_tensor(np.asarray(self.value), dtype, self.op_name)
@@ -124,7 +124,7 @@ class DiagonalFill(Fill):
         self.dtype = _args.standardize_dtype(dtype, self.op_name)
         self.layout = _fans.check_layout(layout, self.op_name)
         if self.dtype is not None:
-            _exact.check_exact_cast(np.asarray(value), self.dtype, self.op_name)
+            _exact.check_exact_cast(np.asarray(value), self.dtype, self.op_name, "value")
 
     def _check_shape(self, shape):
         if len(shape) < 2:
@@ -211,7 +211,7 @@ class GivenTensorFill(Fill):
                 f"{op}: Argument `values` must hold numbers. "
                 f"Received: values of dtype {array.dtype}."
             )
-        _exact.check_exact_cast(array, self.value_dtype, op)
+        _exact.check_exact_cast(array, self.value_dtype, op, "values")
         # No copy when the array already has the right dtype: large parameters stay single.
         self.values = array.astype(_exact.numpy_dtype(self.value_dtype), copy=False)
         self.shape = None

@@ -45,8 +45,8 @@ TRACKING_ATTRIBUTE = "tfinit_params"
 def _check_param_name(param_name, who):
     if not isinstance(param_name, str) or not param_name:
         raise TypeError(
-            f"{who}.create_param: param_name must be a non-empty string, got "
-            f"{type(param_name).__name__}: {param_name!r}."
+            f"{who}.create_param: Argument `param_name` must be a non-empty string. "
+            f"Received: param_name={param_name!r} (of type {type(param_name).__name__})."
         )
     return param_name
 
@@ -74,8 +74,9 @@ def _check_init_net(init_net, who):
 
     if not _keras_internals.is_trackable(init_net):
         raise TypeError(
-            f"{who}.create_param: init_net must be None, a tf.Module (or another TensorFlow "
-            f"trackable) or a dict to track the variables in; got {type(init_net).__name__}."
+            f"{who}.create_param: Argument `init_net` must be None, a tf.Module (or another "
+            f"TensorFlow trackable) or a dict to track the variables in. "
+            f"Received: init_net of type {type(init_net).__name__}."
         )
 
 
@@ -206,7 +207,8 @@ def build_fill(operator_name, kwargs):
     """
     if not isinstance(kwargs, Mapping):
         raise TypeError(
-            f"{operator_name}: operator kwargs must be a dict, got {type(kwargs).__name__}."
+            f"{operator_name}: Argument `kwargs` (the operator's arguments) must be a dict. "
+            f"Received: kwargs of type {type(kwargs).__name__}."
         )
     kwargs = dict(kwargs)
     cls = registry.lookup(operator_name)
@@ -388,8 +390,8 @@ class _FP16PairInitializer(Initializer):
         if dtype != self.primary_dtype:
             raise ValueError(
                 f"{type(self).__name__}: the primary variable {name!r} is "
-                f"{self.primary_dtype}, so dtype must be None or {self.primary_dtype}; "
-                f"got {dtype}."
+                f"{self.primary_dtype}, so Argument `dtype` must be None or "
+                f"{self.primary_dtype}. Received: dtype={dtype}."
             )
         value = self._fill_for_param()(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
@@ -583,17 +585,18 @@ def update_initializer(initializer_class, operator_name_and_kwargs,
     if (not isinstance(args, (tuple, list)) or len(args) != 2 or not isinstance(args[0], str)
             or not isinstance(args[1], Mapping)):
         raise TypeError(
-            "update_initializer: operator_name_and_kwargs (or the default) must be an "
-            f"(operator_name, kwargs_dict) pair such as ('XavierFill', {{}}); got {args!r}."
+            "update_initializer: Argument `operator_name_and_kwargs` (or the default) must be "
+            "an (operator_name, kwargs_dict) pair such as ('XavierFill', {}). "
+            f"Received: {args!r}."
         )
     if initializer_class is None:
         initializer_class = Initializer
     if isinstance(initializer_class, (Initializer, ExternalInitializer)) or not callable(
             initializer_class):
         raise TypeError(
-            f"update_initializer: initializer_class must be a class (brew's "
-            f"WeightInitializer=Initializer) or a factory, got an instance of "
-            f"{type(initializer_class).__name__}; pass instances to create_param directly."
+            f"update_initializer: Argument `initializer_class` must be a class (brew's "
+            f"WeightInitializer=Initializer) or a factory; pass instances to create_param "
+            f"directly. Received: an instance of {type(initializer_class).__name__}."
         )
     if isinstance(initializer_class, type) and issubclass(initializer_class, ExternalInitializer):
         raise TypeError(

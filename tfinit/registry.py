@@ -42,7 +42,8 @@ def lookup(name):
     """The class for a Caffe2 fill op name; ``ValueError`` listing close names."""
     if not isinstance(name, str):
         raise TypeError(
-            f"A fill operator name must be a string, got {type(name).__name__}: {name!r}."
+            "Argument `name` (a fill operator name) must be a string. "
+            f"Received: name={name!r} (of type {type(name).__name__})."
         )
     try:
         return _FILL_OPS[name]

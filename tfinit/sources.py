@@ -71,7 +71,8 @@ class Source:
     def get(self, name):
         """The array stored under ``name``; ``KeyError`` if it is not there."""
         if not isinstance(name, str):
-            raise TypeError(f"{self}: parameter names are strings, got {type(name).__name__}.")
+            raise TypeError(f"{self}: Argument `name` must be a string. "
+                            f"Received: name={name!r} (of type {type(name).__name__}).")
         return self._get(name)
 
     def __contains__(self, name):
@@ -125,7 +126,8 @@ class MappingSource(Source):
 
     def __init__(self, mapping, description=None):
         if not isinstance(mapping, Mapping):
-            raise TypeError(f"MappingSource needs a mapping, got {type(mapping).__name__}.")
+            raise TypeError("MappingSource: Argument `mapping` must be a mapping. "
+                            f"Received: mapping of type {type(mapping).__name__}.")
         bad = [k for k in mapping if not isinstance(k, str)]
         if bad:
             raise TypeError(f"Parameter names must be strings; the mapping has key {bad[0]!r}.")
@@ -343,7 +345,7 @@ def open_source(source):
             f".npz file, a Caffe2 .pb init_net, or a TensorFlow checkpoint prefix/directory."
         )
     raise TypeError(
-        "ExternalInitializer: source must be a mapping of name -> array, a path (.npz, "
+        "ExternalInitializer: Argument `source` must be a mapping of name -> array, a path (.npz, "
         ".pb, TensorFlow checkpoint), Caffe2 init_net bytes, a checkpoint reader or a "
-        f"tfinit.sources.Source; got {type(source).__name__}."
+        f"tfinit.sources.Source. Received: source of type {type(source).__name__}."
     )

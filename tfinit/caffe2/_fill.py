@@ -70,7 +70,8 @@ class _Op:
 
     # -- errors
     def error(self, arg, text, kind=ValueError):
-        where = f"argument `{arg}`: " if arg else ""
+        """``kind("<op>: Argument `arg` <text>")``; without ``arg``, ``"<op>: <text>"``."""
+        where = f"Argument `{arg}` " if arg else ""
         return kind(f"{self.type}: {where}{text}")
 
     # -- typed argument access, one protobuf field each, as Caffe2's GetSingleArgument
@@ -87,8 +88,8 @@ class _Op:
         if not isinstance(value, kind):
             raise self.error(
                 name,
-                f"must be {described}, got {_describe(value)} (Caffe2: 'Argument {name} does "
-                f"not have the right field: expected field {field}').",
+                f"must be {described} (Caffe2: 'Argument {name} does not have the right "
+                f"field: expected field {field}'). Received: {name}={_describe(value)}.",
                 TypeError,
             )
         return value
@@ -99,13 +100,15 @@ class _Op:
             return []
         if isinstance(value, (int, float)):
             raise self.error(
-                name, f"was a scalar ({value!r}), list expected (Caffe2: 'Fill '{name}' "
-                "argument was a scalar, list expected')."
+                name, f"must be a list (Caffe2: 'Fill '{name}' argument was a scalar, list "
+                f"expected'). Received: {name}={value!r}."
             )
         if not (isinstance(value, np.ndarray) and value.dtype == np.int64):
-            raise self.error(name, f"must be a list of ints, got {_describe(value)}.", TypeError)
+            raise self.error(name, f"must be a list of ints. Received: {name}="
+                             f"{_describe(value)}.", TypeError)
         if np.any(value < 0):
-            raise self.error(name, f"has a negative dimension: {value.tolist()}.")
+            raise self.error(name, f"must have no negative dimension. Received: {name}="
+                             f"{value.tolist()}.")
         return [int(v) for v in value]
 
     def dtype_arg(self, default):
@@ -127,7 +130,8 @@ class _Op:
                                  "be given if input_as_shape is true').")
             return tuple(shape)
         if len(self.inputs) > max_inputs:
-            raise self.error(None, f"takes at most {max_inputs} input(s), got {len(self.inputs)}.")
+            raise self.error(None, f"takes at most {max_inputs} input(s). Received: "
+                             f"{len(self.inputs)} inputs.")
         if shape:
             raise self.error("shape", "cannot be set when an input gives the shape (Caffe2: "
                              "'Cannot set the shape argument and pass in an input at the "
@@ -136,12 +140,13 @@ class _Op:
         if not as_shape:
             return tuple(source.shape) + tuple(extra)
         if source.ndim != 1 or source.dtype != np.int64 or source.size == 0:
-            raise self.error("input_as_shape", "input 0 must be a non-empty 1-D int64 "
-                             f"tensor, got {source.dtype} of shape {source.shape} (Caffe2: "
-                             "'Tensor type mismatch' for other types).", TypeError)
+            raise self.error("input_as_shape", "needs input 0 to be a non-empty 1-D int64 "
+                             "tensor (Caffe2: 'Tensor type mismatch' for other types). "
+                             f"Received: input 0 of dtype {source.dtype} and shape "
+                             f"{source.shape}.", TypeError)
         if np.any(source < 0):
-            raise self.error("input_as_shape", f"input 0 has a negative dimension: "
-                             f"{source.tolist()}.")
+            raise self.error("input_as_shape", "needs input 0 without negative dimensions. "
+                             f"Received: input 0 = {source.tolist()}.")
         return tuple(int(v) for v in source) + tuple(extra)
 
     # -- tfinit fills
@@ -181,34 +186,33 @@ def data_type(value, op_type="fill"):
         key = value.upper().rsplit(".", 1)[-1]
         if key not in DATA_TYPES:
             raise ValueError(
-                f"{op_type}: argument `dtype`: unknown Caffe2 data type {value!r}; "
-                f"known: {', '.join(DATA_TYPES)}."
+                f"{op_type}: Argument `dtype` must name a Caffe2 data type ("
+                f"{', '.join(DATA_TYPES)}). Received: dtype={value!r}, an unknown Caffe2 "
+                f"data type."
             )
         return DataType[key]
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = int(value)
         return DataType(value) if value in DATA_TYPES.values() else value
     raise TypeError(
-        f"{op_type}: argument `dtype` must be a TensorProto.DataType int or name, "
-        f"got {_describe(value)}."
+        f"{op_type}: Argument `dtype` must be a TensorProto.DataType int or name. "
+        f"Received: dtype={_describe(value)}."
     )
 
 
 def _dtype_error(op, dtype):
     if dtype == DataType.UNDEFINED:
-        return op.error("dtype", f"UNDEFINED (0) is not allowed (Caffe2: '{op.type} op "
-                        "cannot have undefined 'dtype' argument').")
+        return op.error("dtype", f"must not be UNDEFINED (Caffe2: '{op.type} op cannot have "
+                        "undefined 'dtype' argument'). Received: dtype=0 (UNDEFINED).")
     name = dtype.name if isinstance(dtype, DataType) else "unknown"
-    return op.error("dtype", f"{int(dtype)} ({name}) is not supported (Caffe2: 'Unexpected "
-                    f"'dtype' argument value: {int(dtype)}').")
+    return op.error("dtype", f"must be a data type {op.type} supports (Caffe2: 'Unexpected "
+                    f"'dtype' argument value: {int(dtype)}'). Received: dtype={int(dtype)} "
+                    f"({name}).")
 
 
 def _exact(op, arg, values, dtype):
     """Caffe2's lossless integer conversion of argument values, naming the argument."""
-    try:
-        check_exact_cast(np.asarray(values), dtype, op.type)
-    except ValueError as err:
-        raise op.error(arg, str(err).split(": ", 1)[-1]) from None
+    check_exact_cast(np.asarray(values), dtype, op.type, arg)
 
 
 # ---------------------------------------------------------------- constant-like fills
@@ -225,8 +229,9 @@ def _value_dtype(op, allowed):
         elif isinstance(value, int):
             dtype = DataType.INT64  # ints and bools are stored in the int64 field
         else:
-            raise op.error("value", f"is of unexpected type ({_describe(value)}); "
-                           "Caffe2 infers the dtype only from a float or an int.", TypeError)
+            raise op.error("value", "must be a float or an int when no `dtype` is given "
+                           "(Caffe2 infers the dtype only from those; unexpected type). "
+                           f"Received: value={_describe(value)}.", TypeError)
     else:
         dtype = DataType.FLOAT
     if dtype not in allowed:
@@ -243,8 +248,8 @@ def _typed_value(op, dtype):
         if value is None:
             return b""
         if not isinstance(value, bytes):
-            raise op.error("value", f"must be a string for dtype STRING, got "
-                           f"{_describe(value)} (Caffe2: 'expected field s').", TypeError)
+            raise op.error("value", "must be a string for dtype STRING (Caffe2: 'expected "
+                           f"field s'). Received: value={_describe(value)}.", TypeError)
         return value
     value = op.int_arg("value", 0)
     if dtype == DataType.BOOL:
@@ -298,14 +303,15 @@ def _bounds_from_inputs(op, kind):
                            f"(Caffe2: 'Cannot set both {arg} arg and {arg} input blob').")
         if op.inputs[index].size != 1 or op.inputs[index].dtype.kind not in kind:
             raise op.error(None, f"input {index} ({arg}) must be a scalar of the output "
-                           f"type, got {op.inputs[index].dtype} of shape "
+                           f"type. Received: {op.inputs[index].dtype} of shape "
                            f"{op.inputs[index].shape}.")
     return op.inputs[1].item(), op.inputs[2].item()
 
 
 def _uniform(op, name, kind, dtype, default_min, default_max, arg_reader):
     if len(op.inputs) == 2:
-        raise op.error(None, "takes 0, 1 or 3 inputs (shape source, min, max), got 2.")
+        raise op.error(None, "takes 0, 1 or 3 inputs (shape source, min, max). Received: 2 "
+                       "inputs.")
     if len(op.inputs) == 3:
         low, high = _bounds_from_inputs(op, kind)
         shape = op.shape(max_inputs=3)
@@ -360,7 +366,8 @@ def _unique_uniform_fill(op):
     if len(op.inputs) == 2:
         avoid = op.inputs[1].reshape(-1)
         if avoid.size and avoid.dtype.kind not in "iu":
-            raise op.error(None, f"input 1 (avoid) must hold integers, got {avoid.dtype}.")
+            raise op.error(None, "input 1 (avoid) must hold integers. Received: avoid of "
+                           f"dtype {avoid.dtype}.")
     shape = op.shape(max_inputs=2)
     count = math.prod(shape)
     if low < high and count > high - low + 1 - avoid.size:  # Caffe2 counts every avoided value
@@ -455,11 +462,11 @@ _HALF_MAX = 65504.0
 
 def _one_input(op, dtype):
     if len(op.inputs) != 1:
-        raise op.error(None, f"takes exactly 1 input, got {len(op.inputs)}.")
+        raise op.error(None, f"takes exactly 1 input. Received: {len(op.inputs)} inputs.")
     x = op.inputs[0]
     if x.dtype != np.dtype(dtype):
-        raise op.error(None, f"input must be {dtype}, got {x.dtype} (Caffe2: 'Tensor type "
-                       "mismatch').", TypeError)
+        raise op.error(None, f"input must be {dtype} (Caffe2: 'Tensor type mismatch'). "
+                       f"Received: an input of dtype {x.dtype}.", TypeError)
     return x
 
 
@@ -536,7 +543,8 @@ def fill(op_type, *inputs, seed=None, **args):
     ``TypeError`` (Caffe2 would silently ignore them).
     """
     if not isinstance(op_type, str):
-        raise TypeError(f"fill: op_type must be a Caffe2 operator name, got {op_type!r}.")
+        raise TypeError("fill: Argument `op_type` must be a Caffe2 operator name. "
+                        f"Received: op_type={op_type!r}.")
     if op_type not in _OPS:
         _run(op_type, (), {})
     accepted = _accepted(op_type)
@@ -546,8 +554,8 @@ def fill(op_type, *inputs, seed=None, **args):
                         f"{op_type} takes {', '.join(accepted) or 'no arguments'}.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                              or not 0 <= seed < 2**32):
-        raise TypeError(f"{op_type}: argument `seed` (Caffe2's random_seed) must be an int "
-                        f"in [0, 2**32), got {seed!r}.")
+        raise TypeError(f"{op_type}: Argument `seed` (Caffe2's random_seed) must be an int "
+                        f"in [0, 2**32). Received: seed={seed!r}.")
     typed = {}
     for name, value in args.items():
         if name == "dtype":
@@ -586,15 +594,17 @@ def load_init_net(source, seed=None, seeds=None):
     """
     net = read_netdef(source)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise TypeError(f"load_init_net: argument `seed` must be an int or None, got {seed!r}.")
+        raise TypeError("load_init_net: Argument `seed` must be an int or None. "
+                        f"Received: seed={seed!r}.")
     seeds = dict(seeds or {})
     produced = {out for op in net.ops for out in op.outputs}
     for blob, value in seeds.items():
         if blob not in produced:
-            raise KeyError(f"load_init_net: argument `seeds` names blob {blob!r}, which no "
+            raise KeyError(f"load_init_net: Argument `seeds` names blob {blob!r}, which no "
                            f"op of the init net writes; blobs: {', '.join(sorted(produced)[:10])}.")
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"load_init_net: seeds[{blob!r}] must be an int, got {value!r}.")
+            raise TypeError(f"load_init_net: Argument `seeds` must map blobs to ints. "
+                            f"Received: seeds[{blob!r}]={value!r}.")
     blobs = {}
     for index, op in enumerate(net.ops):
         where = f"init net op #{index} ({op.type or '<no type>'} -> {', '.join(op.outputs)})"
