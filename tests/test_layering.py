@@ -15,6 +15,8 @@ LAYERS = [
      "_keras_internals", "caffe2._netdef"],
     # exact casts; the records and sources of values
     ["_exact", "parameter_info", "sources"],
+    # where create_param tracks its variables
+    ["_init_net"],
     # the random streams; the Fill base class
     ["_streams", "_fill_base"],
     # the fills, by what varies

@@ -8,13 +8,9 @@ added an operator to ``init_net`` writing blob ``P``, tfinit creates the ``tf.Va
 prefixes blob names).
 
 ``init_net`` (optional) is where the created variables are tracked so that checkpoints
-save them: a ``tf.Module`` (or any other TensorFlow trackable, e.g. ``tf.train.Checkpoint``)
-gets them in its dict attribute ``tfinit_params`` (name -> variable; checkpoint keys
-``<path>/tfinit_params/<name>/.ATTRIBUTES/VARIABLE_VALUE``); a ``dict`` gets them as items.
-Every variable of a parameter is tracked: ``P`` and its ``P_fp32``/``P_fp16``/``P_bf16``.
-Creating a name twice in one ``init_net`` is a ``ValueError``. A Keras layer or model is
-refused as ``init_net`` (``TypeError``): it tracks only ``keras.Variable``s, so its
-checkpoints would silently miss the variables.
+save them (``tfinit._init_net``): a ``tf.Module`` gets them in its dict attribute
+``tfinit_params``, a ``dict`` as items. Every variable of a parameter is tracked: ``P`` and
+its ``P_fp32``/``P_fp16``/``P_bf16``.
 
 Without a seed in the operator's arguments, every ``create_param`` draws new values, as
 each Caffe2 fill operator without a seed did; with a seed, values repeat. Used as a Keras
@@ -22,108 +18,20 @@ initializer (``__call__(shape, dtype)``), an ``Initializer`` follows Keras's see
 """
 
 import inspect
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 
 import keras
 import numpy as np
 
-from tfinit import _args, _backend, _fans, registry
+from tfinit import _backend, _fans, _init_net, registry
+from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
-from tfinit.parameter_info import ParameterInfo, variable_name
+from tfinit.parameter_info import ParameterInfo
 from tfinit.random_fills import RandomFill
 from tfinit.sources import open_source
 
 #: what needs TensorFlow here, named in the error on another backend
 _FEATURE = "creating TensorFlow variables (create_param)"
-
-TRACKING_ATTRIBUTE = "tfinit_params"
-
-
-# ---------------------------------------------------------------- shared checks
-
-
-def _check_param_name(param_name, who):
-    if not isinstance(param_name, str) or not param_name:
-        raise TypeError(
-            f"{who}.create_param: Argument `param_name` must be a non-empty string. "
-            f"Received: param_name={param_name!r} (of type {type(param_name).__name__})."
-        )
-    return param_name
-
-
-def _check_shape(shape, who):
-    try:
-        return _args.normalize_shape(shape, f"{who}.create_param")
-    except TypeError as err:
-        raise TypeError(
-            f"{err} tfinit's signature is create_param(param_name, shape, init_net=None); "
-            f"Caffe2's positional order was (param_name, init_net, shape): pass keywords."
-        ) from None
-
-
-def _check_init_net(init_net, who):
-    if init_net is None or isinstance(init_net, MutableMapping):
-        return
-    if isinstance(init_net, keras.layers.Layer):
-        raise TypeError(
-            f"{who}.create_param: init_net is a Keras {type(init_net).__name__}, which tracks "
-            f"only keras.Variables, so its checkpoints would silently miss these variables. "
-            f"Pass a tf.Module (or a dict), or create Keras weights with add_weight."
-        )
-    from tfinit import _keras_internals
-
-    if not _keras_internals.is_trackable(init_net):
-        raise TypeError(
-            f"{who}.create_param: Argument `init_net` must be None, a tf.Module (or another "
-            f"TensorFlow trackable) or a dict to track the variables in. "
-            f"Received: init_net of type {type(init_net).__name__}."
-        )
-
-
-def _store(init_net, create=False):
-    """The name -> variable container of ``init_net`` (None if it has none yet)."""
-    if isinstance(init_net, MutableMapping):
-        return init_net
-    if getattr(init_net, TRACKING_ATTRIBUTE, None) is None:
-        if not create:
-            return None
-        setattr(init_net, TRACKING_ATTRIBUTE, {})
-    store = getattr(init_net, TRACKING_ATTRIBUTE)
-    from tfinit import _keras_internals
-
-    if not _keras_internals.is_tracked_container(store):
-        raise TypeError(
-            f"init_net {type(init_net).__name__}.{TRACKING_ATTRIBUTE} is a "
-            f"{type(store).__name__}, which TensorFlow checkpoints do not track."
-        )
-    return store
-
-
-def _check_names_free(init_net, names):
-    store = None if init_net is None else _store(init_net)
-    taken = [n for n in names if store is not None and n in store]
-    if taken:
-        raise ValueError(
-            f"init_net already holds a variable named {taken[0]!r}; parameter names must be "
-            f"unique within one init_net."
-        )
-
-
-def _scoped(names):
-    """``names`` as the variables will be named inside the current ``tf.name_scope``."""
-    scope = _backend.tensorflow(_FEATURE).get_current_name_scope()
-    return [f"{scope}/{n}" if scope else n for n in names]
-
-
-def track(init_net, info):
-    """Record every variable of ``info`` in ``init_net`` (see the module docstring)."""
-    if init_net is None:
-        return
-    names = [variable_name(v) for v in info.variables]
-    _check_names_free(init_net, names)
-    store = _store(init_net, create=True)
-    for name, variable in zip(names, info.variables):
-        store[name] = variable
 
 
 def _tf_variable(initial_value, name, dtype, trainable):
@@ -310,10 +218,10 @@ class Initializer(keras.initializers.Initializer):
             RuntimeError: the Keras backend is not TensorFlow.
         """
         who = type(self).__name__
-        param_name = _check_param_name(param_name, who)
-        shape = _check_shape(shape, who)
-        _check_init_net(init_net, who)
-        _check_names_free(init_net, _scoped(self._variable_names(param_name)))
+        param_name = _init_net.check_param_name(param_name, who)
+        shape = _init_net.check_shape(shape, who)
+        _init_net.check_init_net(init_net, who)
+        _init_net.check_names_free(init_net, _init_net.scoped(self._variable_names(param_name)))
         info = self._create(param_name, shape, dtype, trainable)
         track(init_net, info)
         return info
@@ -519,10 +427,10 @@ class ExternalInitializer:
         """
         tf = _backend.tensorflow(_FEATURE)
         who = type(self).__name__
-        param_name = _check_param_name(param_name, who)
-        shape = _check_shape(shape, who)
-        _check_init_net(init_net, who)
-        _check_names_free(init_net, _scoped([param_name]))
+        param_name = _init_net.check_param_name(param_name, who)
+        shape = _init_net.check_shape(shape, who)
+        _init_net.check_init_net(init_net, who)
+        _init_net.check_names_free(init_net, _init_net.scoped([param_name]))
         value = self.source.get(param_name)
         if tuple(value.shape) != shape:
             hint = ""
