@@ -221,6 +221,7 @@ def test_markdown_table_lists_union_of_columns():
                                "| b |  | 2 |"]
 
 
+@pytest.mark.slow  # a benchmark: peak memory of subprocess loads
 def test_given_tensor_fill_loads_with_one_copy():
     """Peak memory (not time): a 32 MiB GivenTensorFill variable costs about one array.
 
