@@ -114,6 +114,7 @@ def checkpoint(tmp_path_factory):
     return folder, prefix
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_checkpoint_full_keys_and_key_without_suffix(checkpoint):
     folder, prefix = checkpoint
     src = sources.open_source(prefix)
@@ -125,6 +126,7 @@ def test_checkpoint_full_keys_and_key_without_suffix(checkpoint):
     assert src.get("a/h").dtype == np.float16
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_checkpoint_short_variable_names(checkpoint):
     _, prefix = checkpoint
     src = sources.CheckpointSource(prefix)
@@ -136,6 +138,7 @@ def test_checkpoint_short_variable_names(checkpoint):
         src.get("kernal")
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_checkpoint_opened_from_directory_index_file_and_reader(checkpoint):
     folder, prefix = checkpoint
     for handle in (str(folder), prefix + ".index", tf.train.load_checkpoint(prefix)):
@@ -144,6 +147,7 @@ def test_checkpoint_opened_from_directory_index_file_and_reader(checkpoint):
         np.testing.assert_array_equal(src.get("half"), np.array([1, 2], np.float16))
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_checkpoint_values_are_tensors_from_path_and_arrays_from_reader(checkpoint):
     _, prefix = checkpoint
     value = sources.open_source(prefix).get("half")
@@ -152,6 +156,7 @@ def test_checkpoint_values_are_tensors_from_path_and_arrays_from_reader(checkpoi
     assert isinstance(value, np.ndarray) and value.dtype == np.float16
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_checkpoint_string_values_are_refused(tmp_path):
     m = tf.Module()
     m.s = tf.Variable(["a", "b"], name="words")
@@ -160,6 +165,7 @@ def test_checkpoint_string_values_are_refused(tmp_path):
         sources.open_source(prefix).get("words")
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_checkpoint_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="No TensorFlow checkpoint"):
         sources.CheckpointSource(str(tmp_path))
@@ -168,6 +174,7 @@ def test_checkpoint_errors(tmp_path):
         sources.CheckpointSource(str(tmp_path / "bad"))
 
 
+@pytest.mark.tensorflow_only  # TensorFlow checkpoints
 def test_tf1_name_based_checkpoint_keys(tmp_path):
     # TF1 Saver checkpoints have no object graph: keys are the variable names.
     with tf.Graph().as_default():
