@@ -17,6 +17,8 @@ NEEDS_TENSORFLOW = {
     "ReversePseudoFP16Initializer",
 }
 NAMES = sorted(n for n in tfinit.__all__ if not inspect.ismodule(getattr(tfinit, n)))
+#: the public names of tfinit.caffe2 defined by the Caffe2 fill replay
+CAFFE2_NAMES = ["fill", "load_init_net", "replayed_ops"]
 
 
 def _param(name):
@@ -56,3 +58,18 @@ def test_public_name_examples_run(name):
     for test in tests:
         runner.run(test, out=failures.append)
     assert runner.summarize(verbose=False).failed == 0, "".join(failures)
+
+
+@pytest.mark.parametrize("name", CAFFE2_NAMES)
+def test_caffe2_fill_replay_names_document_and_run_their_examples(name):
+    import tfinit.caffe2
+
+    obj = getattr(tfinit.caffe2, name)
+    doc = inspect.getdoc(obj)
+    assert "Example:" in doc and ("\nArgs:\n" in doc or not _takes_arguments(obj)), name
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    failures = []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test, out=failures.append)
+    assert tests[0].examples and runner.summarize(verbose=False).failed == 0, "".join(failures)

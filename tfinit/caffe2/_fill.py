@@ -457,7 +457,17 @@ RANDOM_OPS = ("GaussianFill", "UniformFill", "UniformIntFill", "UniqueUniformFil
 
 
 def supported_ops():
-    """The operator types ``fill`` and ``load_init_net`` replay, sorted."""
+    """The operator types ``fill`` and ``load_init_net`` replay, sorted.
+
+    Returns:
+        A sorted list of Caffe2 operator type names.
+
+    Example:
+
+    >>> from tfinit.caffe2 import replayed_ops
+    >>> replayed_ops()[:4]
+    ['ConstantFill', 'DiagonalFill', 'Float16ConstantFill', 'Float16UniformFill']
+    """
     return sorted(_OPS)
 
 
@@ -487,6 +497,31 @@ def fill(op_type, *inputs, seed=None, **args):
     Caffe2's own CPU stream (``rng="caffe2"``); ``None`` draws fresh values.
     ``dtype`` is a ``TensorProto.DataType`` int or name. Unknown argument names raise
     ``TypeError`` (Caffe2 would silently ignore them).
+
+    Args:
+        op_type: the Caffe2 operator type (``replayed_ops()`` lists them).
+        *inputs: the operator's input arrays, for the operators that take them.
+        seed: Caffe2's ``random_seed``, an int in ``[0, 2**32)``, or ``None``.
+        **args: the operator's Caffe2 arguments (``shape``, ``values``, ``min``, ...).
+
+    Returns:
+        A numpy array: what the Caffe2 operator writes to its output blob.
+
+    Raises:
+        TypeError: an unknown argument name, a value in the wrong Caffe2 field (an int
+            where Caffe2 reads a float), or a bad ``seed``.
+        ValueError: an unknown operator, or arguments Caffe2 refuses (its message quoted).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2 import fill
+    >>> fill("GivenTensorIntFill", shape=[2, 2], values=[1, 2, 3, 4]).tolist()
+    [[1, 2], [3, 4]]
+    >>> fill("UniformFill", shape=[3], min=-1.0, max=1.0, seed=3).astype(float).round(4).tolist()
+    [-0.9915, -0.7889, -0.4283]
+    >>> fill("FloatToHalf", np.array([65519.0, 65520.0], np.float32)).tolist()
+    [65504.0, inf]
     """
     if not isinstance(op_type, str):
         raise TypeError("fill: Argument `op_type` must be a Caffe2 operator name. "
@@ -537,6 +572,34 @@ def load_init_net(source, seed=None, seeds=None):
     Other random ops draw fresh values, or, with an int ``seed``, reproducible
     Keras-stream values (a distinct seed per op, derived from ``seed`` and the op's
     position). Arguments an op does not read are ignored, as in Caffe2.
+
+    Args:
+        source: a ``.pb`` path, its bytes, or a ``tfinit.caffe2.NetDef``.
+        seed: ``None`` (fresh values) or an int for reproducible Keras-stream values of the
+            ops Caffe2 would not have seeded.
+        seeds: ``{blob: int}``: Caffe2 seeds for the ops writing these blobs.
+
+    Returns:
+        A dict of blob name -> numpy array, in the order the ops write them.
+
+    Raises:
+        TypeError: a bad ``seed``/``seeds`` value, or an op argument in the wrong field.
+        KeyError: ``seeds`` names a blob no op writes.
+        ValueError: an op tfinit does not replay, an input no earlier op writes, or
+            arguments Caffe2 refuses; the message names the op and its position.
+
+    Example:
+
+    >>> from tfinit.caffe2 import NetDef, Operator, load_init_net
+    >>> net = NetDef(ops=[
+    ...     Operator("ConstantFill", (), ("fc_b",), {"shape": [2], "value": 0.5}),
+    ...     Operator("XavierFill", (), ("fc_w",), {"shape": [2, 3]}),
+    ... ])
+    >>> blobs = load_init_net(net, seeds={"fc_w": 1})
+    >>> blobs["fc_b"].tolist(), blobs["fc_w"].shape
+    ([0.5, 0.5], (2, 3))
+    >>> blobs["fc_w"].astype(float).round(4).tolist()  # Caffe2's stream for random_seed=1
+    [[0.5153, -0.4414, -0.1939], [0.4694, -0.9414, 0.5997]]
     """
     net = read_netdef(source)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
