@@ -313,10 +313,28 @@ class Caffe2InitNetSource(MappingSource):
 def open_source(source):
     """The ``Source`` for what a user passed to ``ExternalInitializer``.
 
-    Accepted: a ``Source``; a mapping of name -> array; a path ending in ``.npz``; a path
-    ending in ``.pb`` or raw ``bytes`` (a Caffe2 init_net); a TensorFlow checkpoint prefix,
-    its ``.index`` file or a directory holding checkpoints; a ``tf.train.load_checkpoint``
-    reader.
+    Args:
+        source: a ``Source``; a mapping of name -> array; a path ending in ``.npz``; a path
+            ending in ``.pb`` or raw ``bytes`` (a Caffe2 init_net); a TensorFlow checkpoint
+            prefix, its ``.index`` file or a directory holding checkpoints; a
+            ``tf.train.load_checkpoint`` reader.
+
+    Returns:
+        The ``Source`` (``MappingSource``, ``NpzSource``, ``Caffe2InitNetSource`` or
+        ``CheckpointSource``).
+
+    Raises:
+        FileNotFoundError: a path with nothing there.
+        ValueError: a path of no known kind, or a file that cannot be read.
+        TypeError: another type of ``source``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit import sources
+    >>> src = sources.open_source({"fc_w": np.zeros((2, 3), np.float32)})
+    >>> str(src), src.names(), src.get("fc_w").shape
+    ('a mapping of 1 arrays', ['fc_w'], (2, 3))
     """
     if isinstance(source, Source):
         return source
