@@ -17,8 +17,9 @@ NEEDS_TENSORFLOW = {
     "ReversePseudoFP16Initializer",
 }
 NAMES = sorted(n for n in tfinit.__all__ if not inspect.ismodule(getattr(tfinit, n)))
-#: the public names of tfinit.caffe2 defined by the Caffe2 fill replay
-CAFFE2_NAMES = ["fill", "load_init_net", "replayed_ops"]
+#: public names of submodules: tfinit.caffe2's fill replay, tfinit.sources
+MORE = [("tfinit.caffe2", "fill"), ("tfinit.caffe2", "load_init_net"),
+        ("tfinit.caffe2", "replayed_ops"), ("tfinit.sources", "open_source")]
 
 
 def _param(name):
@@ -60,11 +61,11 @@ def test_public_name_examples_run(name):
     assert runner.summarize(verbose=False).failed == 0, "".join(failures)
 
 
-@pytest.mark.parametrize("name", CAFFE2_NAMES)
-def test_caffe2_fill_replay_names_document_and_run_their_examples(name):
-    import tfinit.caffe2
+@pytest.mark.parametrize("module, name", MORE)
+def test_submodule_names_document_and_run_their_examples(module, name):
+    import importlib
 
-    obj = getattr(tfinit.caffe2, name)
+    obj = getattr(importlib.import_module(module), name)
     doc = inspect.getdoc(obj)
     assert "Example:" in doc and ("\nArgs:\n" in doc or not _takes_arguments(obj)), name
     tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
