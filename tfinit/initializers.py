@@ -284,7 +284,10 @@ class _FP16PairInitializer(Initializer):
             return self.primary_dtype
         asked = dtype_name(dtype)
         if asked is None:
-            raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: Argument `dtype` must be a dtype name such as "
+                f"'float16' or 'float32'. Received: dtype={dtype!r}."
+            )
         if not keras.backend.is_float_dtype(asked):
             kind = "integer" if keras.backend.is_int_dtype(asked) else "non-float"
             raise ValueError(
