@@ -1,8 +1,44 @@
-"""Shared test setup: quiet TensorFlow logs; REPO. Test data lives in tests/data, in the repo."""
+"""Shared test setup, done once for every test module (none repeats it).
 
+- Environment: TensorFlow's C++ logs quiet (``TF_CPP_MIN_LOG_LEVEL=3``), set before any test
+  module imports Keras or TensorFlow. Subprocess scripts (``tests/_*.py``) set their own.
+- ``REPO``: the repository root. Test data lives in ``tests/data``, in the repo.
+- Fixtures: ``dtype_policy`` (set Keras's global dtype policy for a block, restored after).
+- Markers (setup.cfg): ``slow`` (subprocesses, notebooks, the wheel, the demo, multi-worker,
+  benchmarks: ``pytest -m "not slow"`` is the fast loop) and ``tensorflow_only``.
+"""
+
+import contextlib
 import os
 from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def dtype_policy():
+    """A context manager setting Keras's global dtype policy for a block.
+
+    ``with dtype_policy("mixed_float16"): ...`` sets the policy and restores the one before
+    it when the block ends; the policy the test started with is restored at teardown too,
+    so a failing test cannot leak its policy into the next one.
+    """
+    import keras
+
+    at_start = keras.config.dtype_policy()
+
+    @contextlib.contextmanager
+    def use(policy):
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(policy)
+        try:
+            yield keras.config.dtype_policy()
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    yield use
+    keras.config.set_dtype_policy(at_start)

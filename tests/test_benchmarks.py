@@ -33,6 +33,7 @@ def _positive(value):
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_every_section_is_written(results):
     data, md = results
     assert data["mode"] == "smoke"
@@ -44,6 +45,7 @@ def test_every_section_is_written(results):
             assert f"| {row['name']} |" in md
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_timed_rows_have_finite_positive_times_and_ratios(results):
     data, _ = results
     for name in ("comparisons", "fills", "training", "scaling", "distribute"):
@@ -58,6 +60,7 @@ def test_timed_rows_have_finite_positive_times_and_ratios(results):
             assert 0 < low <= row["ratio"] <= high, row  # ...and in its confidence interval
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_fills_cover_every_pair_and_given_values(results):
     names = [r["name"] for r in results[0]["sections"]["fills"]]
     for fill in ("XavierFill", "MSRAFill", "GaussianFill", "UniformFill", "ConstantFill",
@@ -65,6 +68,7 @@ def test_fills_cover_every_pair_and_given_values(results):
         assert any(n.startswith(fill + " vs") or n.startswith(fill + " ->") for n in names), fill
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_training_covers_both_models_and_dtypes_with_fp32(results):
     rows = results[0]["sections"]["training"]
     seen = {(kind, dtype) for kind in MODELS for dtype in ("float16", "bfloat16")
@@ -80,6 +84,7 @@ def test_training_covers_both_models_and_dtypes_with_fp32(results):
             assert row["casts_ours"] < row["casts_baseline"] - 16, row
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_scaling_doubles_the_width(results):
     rows = results[0]["sections"]["scaling"]
     for kind in MODELS:
@@ -87,6 +92,7 @@ def test_scaling_doubles_the_width(results):
         assert len(params) >= 2 and all(b > a for a, b in zip(params, params[1:])), kind
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_memory_bytes_per_parameter_follow_the_dtypes(results):
     rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["memory"]}
     # fp32 weight + Adam's two fp32 slots = 12 bytes; a 16-bit copy adds 2. Scalars (step
@@ -99,6 +105,7 @@ def test_memory_bytes_per_parameter_follow_the_dtypes(results):
     assert rows["pseudo_fp16 bfloat16"]["bfloat16_bytes_per_param"] == 2.0
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_load_memory_rows(results):
     rows = results[0]["sections"]["load_memory"]
     assert [r["name"].split(": ", 1)[1] for r in rows][:2] == ["tf.Variable(array)",
@@ -109,6 +116,7 @@ def test_load_memory_rows(results):
         assert not row["bound_only"], row  # the peak was reset before the load (Linux)
 
 
+@pytest.mark.slow  # runs the benchmark suite
 def test_comparisons_give_each_ratio_its_target(results):
     rows = results[0]["sections"]["comparisons"]
     names = [r["name"] for r in rows]
@@ -140,6 +148,7 @@ def test_gpu_benchmark_without_a_gpu_says_so_and_exits_0(monkeypatch, capsys, tm
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a benchmark
 def test_gpu_benchmark_models_and_steps_run_on_cpu(monkeypatch, tmp_path):
     """The --gpu code path at tiny sizes on the CPU (internal --allow-cpu), so it can't rot."""
     from benchmarks import gpu
@@ -189,6 +198,7 @@ def test_median_interval_covers_the_true_median_95_percent_of_the_time():
     assert median_ci95([3.0, 1.0]) == (1.0, 3.0)  # too few rounds: the whole range
 
 
+@pytest.mark.slow  # a benchmark
 def test_op_profile_attributes_the_finite_check_to_tfinit(capsys):
     """`python -m benchmarks.profile_ops` reads real tf.profiler traces: the step's MatMuls
     appear on both sides; float16: the finiteness check's sums only on tfinit's (Keras's
@@ -232,6 +242,7 @@ def test_markdown_table_lists_union_of_columns():
                                "| b |  | 2 |"]
 
 
+@pytest.mark.slow  # a benchmark: peak memory of subprocess loads
 def test_given_tensor_fill_loads_with_one_copy():
     """Peak memory (not time): a 32 MiB GivenTensorFill variable costs about one array.
 

@@ -1,16 +1,13 @@
 """tfinit.caffe2.fill / load_init_net against Caffe2's fill semantics (docs/caffe2-semantics.md)."""
 
-import os
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from caffe2_nets import models_dir  # noqa: E402
-from tfinit.caffe2 import DeviceOption, NetDef, Operator, fill, load_init_net  # noqa: E402
-from tfinit.caffe2 import _fill  # noqa: E402
+from caffe2_nets import models_dir
+from tfinit.caffe2 import DeviceOption, NetDef, Operator, fill, load_init_net
+from tfinit.caffe2 import _fill
 
 # ---------------------------------------------------------------- ConstantFill
 
@@ -55,7 +52,7 @@ def test_constant_fill_string_dtype():
     ({"value": 2, "dtype": "FLOAT"}, TypeError, "expected field f"),
     ({"value": 300, "dtype": "INT8"}, ValueError, "300"),
     ({"value": b"x"}, TypeError, "unexpected type"),
-    ({"value": 1.0, "dtype": "NOPE"}, ValueError, "unknown Caffe2 data type 'NOPE'"),
+    ({"value": 1.0, "dtype": "NOPE"}, ValueError, "dtype='NOPE', an unknown Caffe2 data type"),
 ])
 def test_constant_fill_dtype_errors_name_the_op_and_argument(kwargs, error, text):
     with pytest.raises(error, match="ConstantFill") as info:
@@ -92,7 +89,7 @@ def test_filler_shape_errors(inputs, kwargs, arg, text):
 
 def test_input_as_shape_needs_a_1d_int64_input():
     for source in (np.zeros((2, 2), np.int64), np.array([2, 3], np.int32)):
-        with pytest.raises(TypeError, match="ConstantFill: argument `input_as_shape`.*1-D int64"):
+        with pytest.raises(TypeError, match="ConstantFill: Argument `input_as_shape`.*1-D int64"):
             fill("ConstantFill", source, input_as_shape=1)
 
 
@@ -227,7 +224,7 @@ def test_uniform_fill_range_and_errors():
     out = fill("UniformFill", shape=[4096], min=-2.0, max=3.0, dtype="DOUBLE")
     assert out.dtype == np.float32  # dtype is ignored
     assert out.min() >= -2.0 and out.max() < 3.0
-    with pytest.raises(TypeError, match="UniformFill: argument `min`.*expected field f"):
+    with pytest.raises(TypeError, match="UniformFill: Argument `min`.*expected field f"):
         fill("UniformFill", shape=[2], min=0, max=1.0)
     with pytest.raises(ValueError, match="UniformFill.*`min`.*bigger than min"):
         fill("UniformFill", shape=[2], min=1.0, max=1.0)
@@ -239,7 +236,7 @@ def test_uniform_fill_three_input_form():
     assert empty.shape == (0, 2) and empty.dtype == np.float32  # min > max: first dim 0
     drawn = fill("UniformFill", source, np.float32(1.0), np.float32(3.0))
     assert drawn.shape == (4, 2) and drawn.min() >= 1.0 and drawn.max() < 3.0
-    with pytest.raises(ValueError, match="UniformFill: argument `min`: cannot be set together"):
+    with pytest.raises(ValueError, match="UniformFill: Argument `min` cannot be set together"):
         fill("UniformFill", source, np.float32(1.0), np.float32(3.0), min=0.5)
 
 
@@ -247,7 +244,7 @@ def test_uniform_int_fill_is_max_inclusive():
     out = fill("UniformIntFill", shape=[600], min=0, max=5)
     assert out.dtype == np.int32
     assert sorted(set(out.tolist())) == [0, 1, 2, 3, 4, 5]  # P(a value missing) < 1e-46
-    with pytest.raises(TypeError, match="UniformIntFill: argument `min`.*expected field i"):
+    with pytest.raises(TypeError, match="UniformIntFill: Argument `min`.*expected field i"):
         fill("UniformIntFill", shape=[2], min=0.0, max=5.0)
     with pytest.raises(ValueError, match="UniformIntFill.*bigger than min"):
         fill("UniformIntFill", shape=[2], min=1, max=1)
@@ -282,9 +279,9 @@ def test_gaussian_fill():
     sample = fill("GaussianFill", shape=[20000], mean=1.0, std=0.5)
     assert abs(sample.mean() - 1.0) < 6 * 0.5 / np.sqrt(20000)
     assert abs(sample.std() - 0.5) < 6 * 0.5 / np.sqrt(2 * 20000)
-    with pytest.raises(ValueError, match="GaussianFill: argument `std`.*stdv_in must be positive"):
+    with pytest.raises(ValueError, match="GaussianFill: Argument `std`.*stdv_in must be positive"):
         fill("GaussianFill", shape=[3], std=-1.0)
-    with pytest.raises(TypeError, match="GaussianFill: argument `std`.*expected field f"):
+    with pytest.raises(TypeError, match="GaussianFill: Argument `std`.*expected field f"):
         fill("GaussianFill", shape=[3], std=1)
 
 
@@ -406,7 +403,7 @@ def test_fill_seed_asks_for_caffe2_stream(recorder):
         ("GaussianFill", {"mean": 0.0, "std": 1.0}),
         ("ConstantFill", {"value": 1.0, "dtype": "float32"}),
     ]
-    with pytest.raises(TypeError, match="GaussianFill: argument `seed`"):
+    with pytest.raises(TypeError, match="GaussianFill: Argument `seed`"):
         fill("GaussianFill", shape=[2], seed=-1)
 
 
@@ -491,7 +488,7 @@ def test_load_init_net_ignores_arguments_an_op_does_not_read():
     ([Operator("FloatToHalf", ("nowhere",), ("y",))],
      r"init net op #0 \(FloatToHalf -> y\): input\(s\) nowhere are not written"),
     ([Operator("UniformFill", (), ("u",), {"shape": [2], "min": 0, "max": 1})],
-     r"init net op #0 \(UniformFill -> u\): UniformFill: argument `min`"),
+     r"init net op #0 \(UniformFill -> u\): UniformFill: Argument `min`"),
     ([Operator("GivenTensorFill", (), ("w",), {"shape": [2, 3], "values": [1.0]})],
      r"op #0 .*6 vs 1"),
 ])
@@ -554,3 +551,12 @@ def test_deterministic_init_net_is_bit_identical_to_what_caffe2_produced():
         assert blobs[name].dtype == expected[name].dtype, name
         assert blobs[name].shape == expected[name].shape, name
         assert blobs[name].tobytes() == expected[name].tobytes(), name
+
+
+def test_data_type_is_the_named_caffe2_enum():
+    assert _fill.data_type("int64") is _fill.DataType.INT64 == 10
+    assert _fill.data_type(13) is _fill.DataType.DOUBLE
+    assert _fill.data_type(99) == 99 and not isinstance(_fill.data_type(99), _fill.DataType)
+    assert _fill.DATA_TYPES == {m.name: m.value for m in _fill.DataType}
+    with pytest.raises(ValueError, match="Received: dtype=99 \\(unknown\\)"):
+        fill("GivenTensorFill", values=[1.0], shape=[1], dtype=99)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import REPO
 
 SCRIPT = textwrap.dedent(
@@ -52,6 +53,7 @@ def test_the_caffe2_modules_import_no_tensorflow():
         assert not [n for n in names if n.startswith("tfinit.mixed_precision")], path.name
 
 
+@pytest.mark.slow  # a subprocess
 def test_converted_nets_run_on_the_jax_backend():
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,

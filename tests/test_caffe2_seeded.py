@@ -9,14 +9,11 @@ that gives two UniformFills identical values.
 """
 
 import json
-import os
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from tfinit.caffe2 import NetDef, Operator, fill, load_init_net  # noqa: E402
+from tfinit.caffe2 import NetDef, Operator, fill, load_init_net
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from tfinit import cli, registry
 
 
@@ -15,6 +17,7 @@ def test_ops_lists_every_fill_with_arguments_and_maths(capsys):
     assert "sqrt(3 / fan_in)" in out and "uniform[min, max)" in out
 
 
+@pytest.mark.slow  # a subprocess
 def test_unknown_subcommand_exits_nonzero_without_traceback():
     proc = subprocess.run(
         [sys.executable, "-m", "tfinit.cli", "frobnicate"],

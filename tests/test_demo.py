@@ -12,6 +12,8 @@ from conftest import REPO
 
 from tfinit import cli, demo
 
+pytestmark = pytest.mark.slow  # runs the demo, and subprocesses
+
 
 @pytest.fixture(scope="module")
 def short_demo(tmp_path_factory):

@@ -52,6 +52,7 @@ def _assert_close_to_one_device(part, dtype):
     assert all(part["moved_from_init"].values()), part["moved_from_init"]
 
 
+@pytest.mark.slow  # the report of a subprocess
 @pytest.mark.parametrize("name, dtype", [("fit_float16", "float16"),
                                          ("ctl_float16", "float16"),
                                          ("fit_bfloat16", "bfloat16"),
@@ -68,11 +69,13 @@ def test_mirrored_training_keeps_replicas_identical_and_matches_one_device(repor
     assert part["copy_dtype"] == dtype
 
 
+@pytest.mark.slow  # the report of a subprocess
 def test_optimizer_built_lazily_inside_strategy_run(report):
     part = _check(report, "ctl_float16")  # its optimizer is first built by apply_gradients
     assert part["optimizer_kinds"] == ["MirroredVariable"]
 
 
+@pytest.mark.slow  # the report of a subprocess
 def test_seeded_fill_gives_every_replica_the_one_device_values(report):
     part = _check(report, "seeded_fills")
     assert part["kinds"] == ["MirroredVariable"]
@@ -88,6 +91,7 @@ def test_seeded_fill_gives_every_replica_the_one_device_values(report):
     assert found[0].split(": ")[0].endswith("kernel")
 
 
+@pytest.mark.slow  # the report of a subprocess
 def test_bad_input_raises_clear_errors(report):
     part = _check(report, "bad_input")
     outside = part["tfinit_scope_outside_strategy_scope"]
@@ -103,6 +107,7 @@ def test_bad_input_raises_clear_errors(report):
         assert "strategy.scope(), tfinit.mixed_precision.scope" in part[case]["message"]
 
 
+@pytest.mark.slow  # the report of a subprocess
 def test_train_steps_have_nothing_tpu_strategy_forbids(report):
     part = _check(report, "tpu_readiness")
     for key in ("ctl pseudo_fp16 float16", "ctl pseudo_fp16 bfloat16", "ctl reverse bfloat16",
@@ -126,6 +131,7 @@ def _backup_run(backup_dir, out, *kill):
                           capture_output=True, text=True, env=env, timeout=180)
 
 
+@pytest.mark.slow  # three subprocesses
 def test_fit_killed_mid_epoch_resumes_with_backup_and_restore_bit_exact(tmp_path):
     """Keras fit under MirroredStrategy, BackupAndRestore, SIGKILL in epoch 2 (of 0..3)."""
     reference = _backup_run(tmp_path / "a", tmp_path / "a.npz")

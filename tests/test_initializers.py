@@ -9,18 +9,15 @@ variables are marked ``tensorflow_only``; the others also run under ``KERAS_BACK
 """
 
 import functools
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import keras  # noqa: E402
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import tfinit  # noqa: E402
-from tfinit import (  # noqa: E402
+import tfinit
+from tfinit import (
     ExternalInitializer,
     Initializer,
     ParameterInfo,
@@ -28,7 +25,7 @@ from tfinit import (  # noqa: E402
     ReversePseudoFP16Initializer,
     update_initializer,
 )
-from tfinit.initializers import create_master_copy_pair  # noqa: E402
+from tfinit.initializers import create_master_copy_pair
 
 TENSORFLOW_ONLY = pytest.mark.tensorflow_only
 
@@ -239,9 +236,12 @@ def test_create_param_argument_errors():
         init.create_param("w", tf.Module(), [2])
     with pytest.raises(ValueError, match="negative"):
         init.create_param(param_name="w", shape=[-1])
-    with pytest.raises(TypeError, match="param_name must be a non-empty string"):
+    with pytest.raises(TypeError, match="Argument `param_name` must be a non-empty string"):
         init.create_param(param_name="", shape=[1])
-    with pytest.raises(TypeError, match="init_net must be None, a tf.Module.*got list"):
+    with pytest.raises(
+        TypeError,
+        match="Argument `init_net` must be None, a tf.Module.*Received: init_net of type list",
+    ):
         init.create_param(param_name="w", shape=[1], init_net=[])
     with pytest.raises(ValueError, match="no fill operator yet"):
         Initializer().create_param(param_name="w", shape=[1])
@@ -371,7 +371,9 @@ def test_pseudo_fp16_refuses_integer_requests():
         PseudoFP16Initializer("UniformIntFill", min=0, max=3)
     with pytest.raises(ValueError, match="ConstantFill gives int64"):
         ReversePseudoFP16Initializer().update("ConstantFill", {"value": 1, "dtype": "int64"})
-    with pytest.raises(ValueError, match="primary variable 'p' is float16.*got float32"):
+    with pytest.raises(
+        ValueError, match="primary variable 'p' is float16.*Received: dtype=float32"
+    ):
         PseudoFP16Initializer("ConstantFill").create_param(param_name="p", shape=[1],
                                                            dtype="float32")
 
@@ -479,7 +481,7 @@ def test_external_from_checkpoint_of_created_params(tmp_path):
 def test_external_source_errors_surface_at_construction(tmp_path):
     with pytest.raises(FileNotFoundError, match="absent.npz"):
         ExternalInitializer(str(tmp_path / "absent.npz"))
-    with pytest.raises(TypeError, match="source must be"):
+    with pytest.raises(TypeError, match="Argument `source` must be"):
         ExternalInitializer(3.5)
     assert "a mapping of 0 arrays" in repr(ExternalInitializer({}))
 

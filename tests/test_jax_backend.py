@@ -125,6 +125,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a subprocess
 @pytest.mark.parametrize("tensorflow", ["with-tensorflow", "without-tensorflow"])
 def test_tfinit_on_the_jax_backend_never_imports_tensorflow(tensorflow):
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")

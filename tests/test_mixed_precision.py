@@ -83,17 +83,14 @@ def test_reverse_sees_fp32_with_16bit_copy(compute_dtype):
     assert layer(np.ones((1, 2), np.float32)).dtype == tf.as_dtype(compute_dtype)
 
 
-def test_reverse_reads_cached_copy_with_keras_mixed_gradients():
+def test_reverse_reads_cached_copy_with_keras_mixed_gradients(dtype_policy):
     x = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
     with mp.scope("reverse", "float16"):
         ours = keras.layers.Dense(2)
         ours.build((None, 3))
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
+    with dtype_policy("mixed_float16"):
         ref = keras.layers.Dense(2)
         ref.build((None, 3))
-    finally:
-        keras.config.set_dtype_policy("float32")
     ref.set_weights(ours.get_weights())
 
     def run(layer):

@@ -145,13 +145,10 @@ def test_raw_tf_module_checkpoint_keeps_masters(tmp_path):
     assert net2.w.numpy().tobytes() == np.full((3,), 1.0, np.float16).tobytes()
 
 
-def test_checkpoint_with_masters_refuses_plain_16bit_model(tmp_path):
+def test_checkpoint_with_masters_refuses_plain_16bit_model(tmp_path, dtype_policy):
     """Restoring fp32 masters into a float16 model without masters would drop them."""
     path = tf.train.Checkpoint(model=_build()).write(str(tmp_path / "ckpt"))
-    keras.config.set_dtype_policy("float16")
-    try:
+    with dtype_policy("float16"):
         plain16 = _plain()
-    finally:
-        keras.config.set_dtype_policy("float32")
     with pytest.raises(Exception, match="dtype"):
         tf.train.Checkpoint(model=plain16).read(path).assert_consumed()

@@ -13,6 +13,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a subprocess
+
 
 def test_mirrored_strategy_two_replicas():
     here = os.path.dirname(os.path.abspath(__file__))

@@ -278,6 +278,7 @@ def test_model_built_by_its_first_call_after_the_scope_gets_fp32_filled_masters(
 # ----------------------------------------------------------------- 6. other backends
 
 
+@pytest.mark.slow  # a subprocess
 def test_scope_on_jax_backend_refuses_naming_tensorflow():
     code = textwrap.dedent("""
         import tfinit
@@ -375,18 +376,14 @@ def test_set_master_weights_refuses_wrong_count_and_shape_naming_the_variable():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_save_weights_writes_a_plain_file_a_plain_model_loads(tmp_path, dtype):
+def test_save_weights_writes_a_plain_file_a_plain_model_loads(tmp_path, dtype, dtype_policy):
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
         model = _mlp()
     masters = _perturb(model)
     path = str(tmp_path / f"{dtype}.weights.h5")
     mp.save_weights(model, path, dtype=dtype)
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype)
-    try:
+    with dtype_policy(dtype):
         plain = _mlp()
-    finally:
-        keras.config.set_dtype_policy(previous)
     plain.load_weights(path)
     for want, have in zip(masters, plain.get_weights()):
         expected = np.asarray(tf.cast(want, dtype))

@@ -1,13 +1,10 @@
 """tfinit.parameter_info: the record of one created parameter (Caffe2's ParameterInfo)."""
 
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import pytest
+import tensorflow as tf
 
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import ParameterInfo  # noqa: E402
+from tfinit import ParameterInfo
 
 
 def test_fields_caffe2_code_reads():
@@ -32,7 +29,7 @@ def test_variables_without_copies_and_scalar_shape():
 
 def test_bad_blob_copy():
     v = tf.Variable(1.0, name="s")
-    with pytest.raises(TypeError, match="'s': blob_copy must be a dict"):
+    with pytest.raises(TypeError, match="'s': Argument `blob_copy` must be a dict"):
         ParameterInfo(v, [], blob_copy=[v])
     with pytest.raises(TypeError, match="'s': blob_copy keys must be dtypes"):
         ParameterInfo(v, [], blob_copy={object(): v})

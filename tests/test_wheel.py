@@ -19,6 +19,8 @@ import zipfile
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # builds and installs the wheel
+
 #: what a source tree holds that is not the package's source
 NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tfinit-demo"

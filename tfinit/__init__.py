@@ -39,6 +39,9 @@ from tfinit.initializers import (
     ReversePseudoFP16Initializer,
     update_initializer,
 )
+# The Caffe2 package registers its init_net reader with tfinit.sources (ExternalInitializer
+# of a .pb file); it needs no TensorFlow.
+from tfinit import caffe2  # noqa: F401
 
 #: the submodules that need TensorFlow
 _TF_SUBMODULES = ("mixed_precision", "distribute")

@@ -3,11 +3,17 @@
 The fill operators, the registry, NetDef reading and the initializer family's Keras classes
 run on every Keras 3 backend and never import TensorFlow. The parts that create or train
 ``tf.Variable``s (``create_param``, ``ExternalInitializer``, ``tfinit.mixed_precision``,
-``tfinit.distribute``) call :func:`tensorflow` first: it returns the module, or raises a
-``RuntimeError`` that names the feature and the backend in use.
+``tfinit.distribute``) call :func:`tensorflow` where they need it: it returns the module, or
+raises a ``RuntimeError`` that names the feature and the backend in use. That call is the one
+way tfinit's backend-neutral modules obtain TensorFlow.
+
+The code that differs by backend lives here too, so that the modules above stay
+backend-neutral: :func:`check_holds` (JAX's 32-bit default) and :func:`tensor_from_numpy`
+(TensorFlow's one-copy DLPack path for large given values).
 """
 
 import keras
+import numpy as np
 
 
 def name():
@@ -33,26 +39,62 @@ def tensorflow(feature):
     return tf
 
 
-class _LazyTensorFlow:
-    """Stands in for the ``tensorflow`` module in a module whose TF use is all inside
-    functions: each attribute access goes through :func:`tensorflow` (for ``feature``).
+def check_holds(dtype, op_name):
+    """``ValueError`` if the active backend cannot hold ``dtype`` exactly.
+
+    JAX without 64-bit mode silently truncates ``int64``/``uint64``/``float64``/``uint32``
+    to 32 bits; tfinit refuses instead of truncating. Every other case passes.
     """
+    if name() != "jax" or dtype not in ("int64", "uint64", "float64", "uint32"):
+        return
+    import jax
 
-    def __init__(self, feature):
-        self._feature = feature
-
-    def __getattr__(self, attribute):
-        return getattr(tensorflow(self._feature), attribute)
-
-    def __repr__(self):
-        return f"<TensorFlow, loaded on first use by {self._feature}>"
+    if not jax.config.jax_enable_x64:
+        raise ValueError(
+            f"{op_name}: the JAX backend cannot hold {dtype} unless 64-bit mode is on "
+            f"(jax.config.update('jax_enable_x64', True)); refusing to truncate."
+        )
 
 
-def lazy_tensorflow(feature):
-    """A module-level ``tf`` that imports TensorFlow on first use, for ``feature``.
+#: below this, numpy values are converted the plain way (the saving is not worth it)
+ONE_COPY_MIN_BYTES = 1 << 20
 
-    ``tf = _backend.lazy_tensorflow("...")`` keeps ``tf.Variable(...)`` in function bodies
-    as it reads, while ``import`` of the module stays free of TensorFlow; a use on another
-    backend raises :func:`tensorflow`'s ``RuntimeError``.
+
+def _tf_tensor_one_copy(array):
+    """A TensorFlow tensor of a private copy of ``array``, made with one copy in all.
+
+    ``tf.convert_to_tensor`` of a numpy array holds two copies of it at its peak (TF 2.21,
+    measured: 2.0x the array's bytes). A 64-byte-aligned numpy copy handed to TF through
+    DLPack is the tensor's buffer itself, and ``tf.Variable`` adopts that buffer, so a large
+    given parameter costs the variable and nothing more. The copy is private: the variable
+    never shares memory with the caller's array.
     """
-    return _LazyTensorFlow(feature)
+    tf = tensorflow("tfinit.fills.tf_tensor_from_numpy")
+
+    buffer = np.empty(array.nbytes + 64, np.uint8)
+    start = -buffer.ctypes.data % 64
+    copy = buffer[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
+    np.copyto(copy, array)
+    return tf.experimental.dlpack.from_dlpack(copy.__dlpack__())
+
+
+def tf_tensor_from_numpy(array):
+    """``array`` as a TensorFlow tensor of its own; a large numeric one costs a single copy.
+
+    Raises:
+        RuntimeError: the Keras backend is not TensorFlow.
+    """
+    if array.nbytes >= ONE_COPY_MIN_BYTES and array.dtype.kind in "fiu":
+        return _tf_tensor_one_copy(array)
+    return tensorflow("tfinit.fills.tf_tensor_from_numpy").convert_to_tensor(array)
+
+
+def tensor_from_numpy(array, dtype):
+    """``array`` (already of ``dtype``) as a backend tensor that owns its memory.
+
+    TensorFlow: :func:`tf_tensor_from_numpy` (one copy for large arrays). Other backends:
+    a copy converted with ``keras.ops`` (JAX on CPU may adopt a numpy buffer as it is).
+    """
+    if name() == "tensorflow":
+        return tf_tensor_from_numpy(array)
+    return keras.ops.convert_to_tensor(array.copy(), dtype=dtype)

@@ -90,14 +90,15 @@ def _float32_bounds(low, high, what):
     low, high = np.float32(low), np.float32(high)
     if not low < high:
         raise ValueError(
-            f"{what}: Caffe2 needs min < max after rounding to float32, got "
-            f"min={float(low)!r}, max={float(high)!r}."
+            f"{what}: Arguments `min` and `max` must be min < max after rounding to float32, "
+            f"as Caffe2 needs. Received: min={float(low)!r}, max={float(high)!r}."
         )
     with np.errstate(over="ignore"):
         if not high - low <= _FLOAT32_MAX:
             raise ValueError(
-                f"{what}: Caffe2 (ATen) needs max - min <= {float(_FLOAT32_MAX)!r} in "
-                f"float32, got min={float(low)!r}, max={float(high)!r}."
+                f"{what}: Arguments `min` and `max` must have max - min <= "
+                f"{float(_FLOAT32_MAX)!r} in float32, as Caffe2 (ATen) needs. "
+                f"Received: min={float(low)!r}, max={float(high)!r}."
             )
     return low, high
 
@@ -113,7 +114,8 @@ def gaussian(seed, count, mean, std):
     mean, std = np.float32(mean), np.float32(std)
     if not std >= 0:
         raise ValueError(
-            f"GaussianFill: std must be >= 0 (ATen: 'stdv_in must be positive'), got {std}."
+            f"GaussianFill: Argument `std` must be >= 0 (ATen: 'stdv_in must be positive'). "
+            f"Received: std={std}."
         )
     pairs = (count + 1) // 2
     uniforms = Stream(seed).uniform24(2 * pairs)

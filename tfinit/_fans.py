@@ -18,7 +18,9 @@ LAYOUTS = ("keras", "caffe2")
 
 def check_layout(layout, op_name):
     if layout not in LAYOUTS:
-        raise ValueError(f"{op_name}: argument `layout` must be one of {LAYOUTS}, got {layout!r}.")
+        raise ValueError(
+            f"{op_name}: Argument `layout` must be one of {LAYOUTS}. Received: layout={layout!r}."
+        )
     return layout
 
 
@@ -41,8 +43,8 @@ def xavier_fan_in(shape, layout, op_name="XavierFill"):
     shape = tuple(shape)
     if not shape:
         raise ValueError(
-            f"{op_name}: shape must have at least 1 dimension to compute fan_in, "
-            "got a 0-d shape ()."
+            f"{op_name}: Argument `shape` must have at least 1 dimension to compute fan_in. "
+            "Received: a 0-d shape ()."
         )
     return _safe_div(numel(shape), shape[output_axis(shape, layout)])
 
@@ -52,8 +54,8 @@ def msra_fan_out(shape, layout, op_name="MSRAFill"):
     shape = tuple(shape)
     if len(shape) < 2:
         raise ValueError(
-            f"{op_name}: shape must have at least 2 dimensions (an input axis) to "
-            f"compute fan_out, got {shape}."
+            f"{op_name}: Argument `shape` must have at least 2 dimensions (an input axis) to "
+            f"compute fan_out. Received: shape={shape}."
         )
     return _safe_div(numel(shape), shape[input_axis(shape, layout)])
 

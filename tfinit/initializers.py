@@ -8,13 +8,9 @@ added an operator to ``init_net`` writing blob ``P``, tfinit creates the ``tf.Va
 prefixes blob names).
 
 ``init_net`` (optional) is where the created variables are tracked so that checkpoints
-save them: a ``tf.Module`` (or any other TensorFlow trackable, e.g. ``tf.train.Checkpoint``)
-gets them in its dict attribute ``tfinit_params`` (name -> variable; checkpoint keys
-``<path>/tfinit_params/<name>/.ATTRIBUTES/VARIABLE_VALUE``); a ``dict`` gets them as items.
-Every variable of a parameter is tracked: ``P`` and its ``P_fp32``/``P_fp16``/``P_bf16``.
-Creating a name twice in one ``init_net`` is a ``ValueError``. A Keras layer or model is
-refused as ``init_net`` (``TypeError``): it tracks only ``keras.Variable``s, so its
-checkpoints would silently miss the variables.
+save them (``tfinit._init_net``): a ``tf.Module`` gets them in its dict attribute
+``tfinit_params``, a ``dict`` as items. Every variable of a parameter is tracked: ``P`` and
+its ``P_fp32``/``P_fp16``/``P_bf16``.
 
 Without a seed in the operator's arguments, every ``create_param`` draws new values, as
 each Caffe2 fill operator without a seed did; with a seed, values repeat. Used as a Keras
@@ -22,108 +18,24 @@ initializer (``__call__(shape, dtype)``), an ``Initializer`` follows Keras's see
 """
 
 import inspect
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, fills, registry
+from tfinit import _backend, _fans, _init_net, registry
+from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
-from tfinit.parameter_info import ParameterInfo, variable_name
+from tfinit.parameter_info import ParameterInfo
+from tfinit.random_fills import RandomFill
 from tfinit.sources import open_source
 
-tf = _backend.lazy_tensorflow("creating TensorFlow variables (create_param)")
-
-TRACKING_ATTRIBUTE = "tfinit_params"
-
-
-# ---------------------------------------------------------------- shared checks
-
-
-def _check_param_name(param_name, who):
-    if not isinstance(param_name, str) or not param_name:
-        raise TypeError(
-            f"{who}.create_param: param_name must be a non-empty string, got "
-            f"{type(param_name).__name__}: {param_name!r}."
-        )
-    return param_name
-
-
-def _check_shape(shape, who):
-    try:
-        return fills._normalize_shape(shape, f"{who}.create_param")
-    except TypeError as err:
-        raise TypeError(
-            f"{err} tfinit's signature is create_param(param_name, shape, init_net=None); "
-            f"Caffe2's positional order was (param_name, init_net, shape): pass keywords."
-        ) from None
-
-
-def _check_init_net(init_net, who):
-    if init_net is None or isinstance(init_net, MutableMapping):
-        return
-    if isinstance(init_net, keras.layers.Layer):
-        raise TypeError(
-            f"{who}.create_param: init_net is a Keras {type(init_net).__name__}, which tracks "
-            f"only keras.Variables, so its checkpoints would silently miss these variables. "
-            f"Pass a tf.Module (or a dict), or create Keras weights with add_weight."
-        )
-    from tfinit import _keras_internals
-
-    if not _keras_internals.is_trackable(init_net):
-        raise TypeError(
-            f"{who}.create_param: init_net must be None, a tf.Module (or another TensorFlow "
-            f"trackable) or a dict to track the variables in; got {type(init_net).__name__}."
-        )
-
-
-def _store(init_net, create=False):
-    """The name -> variable container of ``init_net`` (None if it has none yet)."""
-    if isinstance(init_net, MutableMapping):
-        return init_net
-    if getattr(init_net, TRACKING_ATTRIBUTE, None) is None:
-        if not create:
-            return None
-        setattr(init_net, TRACKING_ATTRIBUTE, {})
-    store = getattr(init_net, TRACKING_ATTRIBUTE)
-    from tfinit import _keras_internals
-
-    if not _keras_internals.is_tracked_container(store):
-        raise TypeError(
-            f"init_net {type(init_net).__name__}.{TRACKING_ATTRIBUTE} is a "
-            f"{type(store).__name__}, which TensorFlow checkpoints do not track."
-        )
-    return store
-
-
-def _check_names_free(init_net, names):
-    store = None if init_net is None else _store(init_net)
-    taken = [n for n in names if store is not None and n in store]
-    if taken:
-        raise ValueError(
-            f"init_net already holds a variable named {taken[0]!r}; parameter names must be "
-            f"unique within one init_net."
-        )
-
-
-def _scoped(names):
-    """``names`` as the variables will be named inside the current ``tf.name_scope``."""
-    scope = tf.get_current_name_scope()
-    return [f"{scope}/{n}" if scope else n for n in names]
-
-
-def track(init_net, info):
-    """Record every variable of ``info`` in ``init_net`` (see the module docstring)."""
-    if init_net is None:
-        return
-    names = [variable_name(v) for v in info.variables]
-    _check_names_free(init_net, names)
-    store = _store(init_net, create=True)
-    for name, variable in zip(names, info.variables):
-        store[name] = variable
+#: what needs TensorFlow here, named in the error on another backend
+_FEATURE = "creating TensorFlow variables (create_param)"
 
 
 def _tf_variable(initial_value, name, dtype, trainable):
+    tf = _backend.tensorflow(_FEATURE)
     return tf.Variable(initial_value=initial_value, name=name, dtype=dtype, trainable=trainable)
 
 
@@ -156,6 +68,7 @@ def create_master_copy_pair(name, value, mode="pseudo_fp16", compute_dtype="floa
 def create_pair(name, value, spec, *, trainable=True, make_variable=None):
     """:func:`create_master_copy_pair` for an already parsed :class:`PairSpec`."""
     who = "create_master_copy_pair"
+    tf = _backend.tensorflow(_FEATURE)
     make_variable = make_variable or _tf_variable
     if callable(value):
         value = value()
@@ -202,7 +115,8 @@ def build_fill(operator_name, kwargs):
     """
     if not isinstance(kwargs, Mapping):
         raise TypeError(
-            f"{operator_name}: operator kwargs must be a dict, got {type(kwargs).__name__}."
+            f"{operator_name}: Argument `kwargs` (the operator's arguments) must be a dict. "
+            f"Received: kwargs of type {type(kwargs).__name__}."
         )
     kwargs = dict(kwargs)
     cls = registry.lookup(operator_name)
@@ -215,9 +129,34 @@ def build_fill(operator_name, kwargs):
 class Initializer(keras.initializers.Initializer):
     """Creates a parameter filled by a Caffe2 fill operator (Caffe2's ``Initializer``).
 
-    ``Initializer("MSRAFill", layout="caffe2")``; an unknown operator name or argument
-    fails here, with the fill registry's error. Also a Keras initializer:
-    ``Dense(4, kernel_initializer=Initializer("XavierFill"))``.
+    Same contract as Caffe2's ``modeling/initializers.py``: the operator is named once (at
+    construction or by ``update``), and ``create_param(param_name=, shape=, init_net=)``
+    creates the parameter and returns its :class:`ParameterInfo`. Where Caffe2 added a fill
+    op to ``init_net``, tfinit creates the ``tf.Variable`` at once (TensorFlow backend).
+    Without a ``seed`` each ``create_param`` draws new values, as an unseeded Caffe2 op did.
+    Also a Keras initializer: ``Dense(4, kernel_initializer=Initializer("XavierFill"))``.
+
+    Args:
+        operator_name: a Caffe2 fill operator name (``tfinit.fill_ops()``), or ``None`` to
+            set it later with ``update``.
+        **kwargs: the operator's Caffe2 arguments; ``layout="caffe2"`` for code that
+            passes Caffe2-layout shapes (``[out, in]``, OIHW).
+
+    Raises:
+        ValueError: an unknown operator name (close matches named) or a bad argument value.
+        TypeError: an argument the operator does not take.
+
+    Example:
+
+    >>> import tfinit
+    >>> init = tfinit.Initializer("GaussianFill", std=0.01, seed=1, rng="caffe2")
+    >>> info = init.create_param(param_name="fc_w", shape=[4, 3])
+    >>> info.name, info.shape, info.param.dtype.name
+    ('fc_w', (4, 3), 'float32')
+    >>> init.update("XavierFill", {})
+    Traceback (most recent call last):
+    ...
+    ValueError: Initializer already uses operator 'GaussianFill'; operator name overwrites ...
     """
 
     def __init__(self, operator_name=None, **kwargs):
@@ -254,7 +193,7 @@ class Initializer(keras.initializers.Initializer):
 
     def _fill_for_param(self):
         fill = self._require_fill()
-        if isinstance(fill, fills.RandomFill) and self.operator_kwargs.get("seed") is None:
+        if isinstance(fill, RandomFill) and self.operator_kwargs.get("seed") is None:
             # A fresh unseeded operator per parameter, as Caffe2: new values every time.
             fill = build_fill(self.operator_name, self.operator_kwargs)
         return fill
@@ -262,13 +201,27 @@ class Initializer(keras.initializers.Initializer):
     def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
         """Create variable ``param_name`` of exactly ``shape``; its ``ParameterInfo``.
 
-        ``dtype``: the variable's dtype (default: the fill's own, then Keras's floatx).
+        Args:
+            param_name: the variable's name (inside any ``tf.name_scope``).
+            shape: the parameter's shape, fully known non-negative integers.
+            init_net: where to track the variables for checkpoints: ``None``, a
+                ``tf.Module`` (or another trackable) or a dict.
+            dtype: the variable's dtype (default: the fill's own, then Keras's floatx).
+            trainable: whether the variable is trainable.
+
+        Returns:
+            The :class:`ParameterInfo` of the created variable.
+
+        Raises:
+            TypeError: a bad ``param_name``/``shape``/``init_net``.
+            ValueError: no operator yet, or a name ``init_net`` already holds.
+            RuntimeError: the Keras backend is not TensorFlow.
         """
         who = type(self).__name__
-        param_name = _check_param_name(param_name, who)
-        shape = _check_shape(shape, who)
-        _check_init_net(init_net, who)
-        _check_names_free(init_net, _scoped(self._variable_names(param_name)))
+        param_name = _init_net.check_param_name(param_name, who)
+        shape = _init_net.check_shape(shape, who)
+        _init_net.check_init_net(init_net, who)
+        _init_net.check_names_free(init_net, _init_net.scoped(self._variable_names(param_name)))
         info = self._create(param_name, shape, dtype, trainable)
         track(init_net, info)
         return info
@@ -279,6 +232,7 @@ class Initializer(keras.initializers.Initializer):
 
     def _create(self, name, shape, dtype, trainable):
         value = self._fill_for_param()(shape, dtype)
+        tf = _backend.tensorflow(_FEATURE)
         variable = tf.Variable(value, name=name, trainable=trainable)
         return ParameterInfo(variable, shape)
 
@@ -330,7 +284,10 @@ class _FP16PairInitializer(Initializer):
             return self.primary_dtype
         asked = dtype_name(dtype)
         if asked is None:
-            raise ValueError(f"{type(self).__name__}: unknown dtype {dtype!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: Argument `dtype` must be a dtype name such as "
+                f"'float16' or 'float32'. Received: dtype={dtype!r}."
+            )
         if not keras.backend.is_float_dtype(asked):
             kind = "integer" if keras.backend.is_int_dtype(asked) else "non-float"
             raise ValueError(
@@ -344,8 +301,8 @@ class _FP16PairInitializer(Initializer):
         if dtype != self.primary_dtype:
             raise ValueError(
                 f"{type(self).__name__}: the primary variable {name!r} is "
-                f"{self.primary_dtype}, so dtype must be None or {self.primary_dtype}; "
-                f"got {dtype}."
+                f"{self.primary_dtype}, so Argument `dtype` must be None or "
+                f"{self.primary_dtype}. Received: dtype={dtype}."
             )
         value = self._fill_for_param()(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
@@ -365,6 +322,27 @@ class PseudoFP16Initializer(_FP16PairInitializer):
 
     As Caffe2: the fill writes ``P_fp32``, then ``P = FloatToHalf(P_fp32)``; so
     ``P == cast(P_fp32)`` exactly. ``compute_dtype="bfloat16"`` makes ``P`` bfloat16.
+    The master is not trainable: optimizers reach it through ``blob_copy``. Used as a
+    Keras initializer, it returns the fill's fp32 values cast to the 16-bit dtype.
+
+    Args:
+        operator_name: a floating Caffe2 fill operator name, or ``None`` (see ``update``).
+        compute_dtype: ``"float16"`` (default) or ``"bfloat16"``.
+        **kwargs: the operator's Caffe2 arguments.
+
+    Raises:
+        ValueError: a non-floating fill, a bad ``compute_dtype``, an unknown operator;
+            at ``create_param``, a ``dtype`` other than the 16-bit one.
+
+    Example:
+
+    >>> import tensorflow as tf, tfinit
+    >>> init = tfinit.PseudoFP16Initializer("XavierFill", seed=1)
+    >>> info = init.create_param(param_name="p", shape=[3, 2])
+    >>> info.param.dtype.name, info.blob_copy[tf.float32].dtype.name
+    ('float16', 'float32')
+    >>> bool(tf.reduce_all(info.param == tf.cast(info.blob_copy[tf.float32], tf.float16)))
+    True
     """
 
     mode = Mode.PSEUDO_FP16
@@ -374,7 +352,29 @@ class PseudoFP16Initializer(_FP16PairInitializer):
 class ReversePseudoFP16Initializer(_FP16PairInitializer):
     """Primary ``P`` is fp32; the copy ``P_fp16`` (``P_bf16``) is in ``blob_copy``.
 
-    As Caffe2: the fill writes ``P``, then ``P_fp16 = FloatToHalf(P)``.
+    As Caffe2: the fill writes ``P``, then ``P_fp16 = FloatToHalf(P)``; so
+    ``P_fp16 == cast(P)`` exactly. The copy is not trainable.
+
+    Args:
+        operator_name: a floating Caffe2 fill operator name, or ``None`` (see ``update``).
+        compute_dtype: ``"float16"`` (default; copy ``P_fp16``) or ``"bfloat16"``
+            (copy ``P_bf16``).
+        **kwargs: the operator's Caffe2 arguments.
+
+    Raises:
+        ValueError: a non-floating fill, a bad ``compute_dtype``, an unknown operator;
+            at ``create_param``, a ``dtype`` other than float32.
+
+    Example:
+
+    >>> import tensorflow as tf, tfinit
+    >>> init = tfinit.ReversePseudoFP16Initializer("ConstantFill", value=0.1,
+    ...                                            compute_dtype="bfloat16")
+    >>> info = init.create_param(param_name="q", shape=[2])
+    >>> info.param.dtype.name, sorted(d.name for d in info.blob_copy)
+    ('float32', ['bfloat16'])
+    >>> info.blob_copy[tf.bfloat16].numpy().tolist()
+    [0.10009765625, 0.10009765625]
     """
 
     mode = Mode.REVERSE
@@ -383,22 +383,57 @@ class ReversePseudoFP16Initializer(_FP16PairInitializer):
 class ExternalInitializer:
     """The value is provided, never generated (Caffe2's ``ExternalInitializer``).
 
-    ``source``: see ``tfinit.sources.open_source`` (mapping, ``.npz``, TF checkpoint,
-    Caffe2 init_net). Caffe2 did no sanity checks; here the stored array must have exactly
-    the asked ``shape`` (and ``dtype`` when one is asked), or ``ValueError``; a missing
-    name is a ``KeyError`` naming the parameter and the source.
+    Caffe2 did no sanity checks; here the stored array must have exactly the asked
+    ``shape`` (and ``dtype`` when one is asked), or ``ValueError``; a missing name is a
+    ``KeyError`` naming the parameter and the source, with a few names it holds.
+    Values are never converted. Needs the TensorFlow backend to create variables.
+
+    Args:
+        source: a mapping of name -> array, an ``.npz`` path, a Caffe2 ``init_net``
+            (``.pb`` path or bytes), a TensorFlow checkpoint (prefix, ``.index`` file,
+            directory or reader), or a ``tfinit.sources.Source``.
+
+    Raises:
+        TypeError, FileNotFoundError, ValueError: a source that cannot be opened.
+
+    Example:
+
+    >>> import numpy as np, tfinit
+    >>> init = tfinit.ExternalInitializer({"fc_w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    >>> init.create_param(param_name="fc_w", shape=[2, 3]).param.numpy().tolist()
+    [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    >>> init.create_param(param_name="fc_b", shape=[3])
+    Traceback (most recent call last):
+    ...
+    KeyError: "Parameter 'fc_b' is not in a mapping of 1 arrays; it holds 'fc_w'."
     """
 
     def __init__(self, source):
         self.source = open_source(source)
 
     def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
-        """Variable ``param_name`` holding the source's array of that name."""
+        """Variable ``param_name`` holding the source's array of that name.
+
+        Args:
+            param_name: the name to look up in the source and to give the variable.
+            shape: the shape the stored array must have.
+            init_net: where to track the variable (as ``Initializer.create_param``).
+            dtype: when given, the dtype the stored array must have.
+            trainable: whether the variable is trainable.
+
+        Returns:
+            The :class:`ParameterInfo` of the created variable.
+
+        Raises:
+            KeyError: ``param_name`` is not in the source.
+            ValueError: the stored shape or dtype differs from the asked one.
+        """
+        tf = _backend.tensorflow(_FEATURE)
         who = type(self).__name__
-        param_name = _check_param_name(param_name, who)
-        shape = _check_shape(shape, who)
-        _check_init_net(init_net, who)
-        _check_names_free(init_net, _scoped([param_name]))
+        param_name = _init_net.check_param_name(param_name, who)
+        shape = _init_net.check_shape(shape, who)
+        _init_net.check_init_net(init_net, who)
+        _init_net.check_names_free(init_net, _init_net.scoped([param_name]))
         value = self.source.get(param_name)
         if tuple(value.shape) != shape:
             hint = ""
@@ -415,7 +450,7 @@ class ExternalInitializer:
                 f"{self.source} holds {stored.name}; values are not converted."
             )
         if isinstance(value, np.ndarray):
-            value = fills.tf_tensor_from_numpy(value)
+            value = _backend.tf_tensor_from_numpy(value)
         variable = tf.Variable(value, name=param_name, trainable=trainable)
         info = ParameterInfo(variable, shape)
         track(init_net, info)
@@ -434,22 +469,45 @@ def update_initializer(initializer_class, operator_name_and_kwargs,
     a class or factory (``functools.partial(PseudoFP16Initializer, compute_dtype=...)``),
     not an instance, and cannot be ``ExternalInitializer`` (it takes no operator; Caffe2
     fails with ``TypeError`` too).
+
+    Args:
+        initializer_class: an initializer class or factory, or ``None`` for ``Initializer``.
+        operator_name_and_kwargs: ``(operator_name, kwargs_dict)`` or ``None``.
+        default_operator_name_and_kwargs: the pair used when the one above is ``None``.
+
+    Returns:
+        ``initializer_class(operator_name, **kwargs)``.
+
+    Raises:
+        TypeError: a malformed pair, an instance instead of a class, or
+            ``ExternalInitializer``.
+
+    Example:
+
+    >>> import tfinit
+    >>> init = tfinit.update_initializer(None, None, ("ConstantFill", {"value": 0.5}))
+    >>> type(init).__name__, init.operator_name, init.operator_kwargs
+    ('Initializer', 'ConstantFill', {'value': 0.5})
+    >>> tfinit.update_initializer(tfinit.PseudoFP16Initializer, ("MSRAFill", {}),
+    ...                           ("ConstantFill", {})).operator_name
+    'MSRAFill'
     """
     args = operator_name_and_kwargs or default_operator_name_and_kwargs
     if (not isinstance(args, (tuple, list)) or len(args) != 2 or not isinstance(args[0], str)
             or not isinstance(args[1], Mapping)):
         raise TypeError(
-            "update_initializer: operator_name_and_kwargs (or the default) must be an "
-            f"(operator_name, kwargs_dict) pair such as ('XavierFill', {{}}); got {args!r}."
+            "update_initializer: Argument `operator_name_and_kwargs` (or the default) must be "
+            "an (operator_name, kwargs_dict) pair such as ('XavierFill', {}). "
+            f"Received: {args!r}."
         )
     if initializer_class is None:
         initializer_class = Initializer
     if isinstance(initializer_class, (Initializer, ExternalInitializer)) or not callable(
             initializer_class):
         raise TypeError(
-            f"update_initializer: initializer_class must be a class (brew's "
-            f"WeightInitializer=Initializer) or a factory, got an instance of "
-            f"{type(initializer_class).__name__}; pass instances to create_param directly."
+            f"update_initializer: Argument `initializer_class` must be a class (brew's "
+            f"WeightInitializer=Initializer) or a factory; pass instances to create_param "
+            f"directly. Received: an instance of {type(initializer_class).__name__}."
         )
     if isinstance(initializer_class, type) and issubclass(initializer_class, ExternalInitializer):
         raise TypeError(

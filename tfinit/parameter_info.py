@@ -24,7 +24,37 @@ def variable_name(variable):
 
 
 class ParameterInfo:
-    """What was created for one parameter; ``param`` is the variable the model uses."""
+    """What was created for one parameter; ``param`` is the variable the model uses.
+
+    Caffe2's ``ParameterInfo`` recorded a blob name; this records the variable itself and
+    keeps the fields Caffe2 code reads (``param``/``blob``, ``name``, ``shape``, ``size``,
+    ``length``, ``key``, ``grad``, ``param_id``, ``blob_copy``).
+
+    Args:
+        param: the primary variable (the one the model computes with).
+        shape: its shape (a sequence of ints), or ``None``.
+        blob_copy: ``None`` or a dict mapping a dtype to the same parameter in another
+            precision (PseudoFP16: ``{tf.float32: P_fp32}``); keys are normalized with
+            ``tf.as_dtype`` and looked up by any spelling (``"float32"``). TensorFlow only.
+        param_id: Caffe2's optional parameter id.
+        name: defaults to the variable's short name (``"P"`` for ``"P:0"``).
+        key, length, grad: Caffe2's optional fields (``length`` at least 1).
+
+    Raises:
+        TypeError: ``blob_copy`` is not a dict, or a key is not a dtype.
+        RuntimeError: a non-empty ``blob_copy`` on a backend other than TensorFlow.
+
+    Example:
+
+    >>> import tensorflow as tf, tfinit
+    >>> w = tf.Variable(tf.zeros([2, 3], tf.float16), name="w")
+    >>> master = tf.Variable(tf.zeros([2, 3]), name="w_fp32")
+    >>> info = tfinit.ParameterInfo(w, [2, 3], blob_copy={tf.float32: master})
+    >>> info.name, info.size, info.blob_copy["float32"] is master
+    ('w', 6, True)
+    >>> [v.name for v in info.variables]
+    ['w:0', 'w_fp32:0']
+    """
 
     def __init__(
         self,
@@ -82,8 +112,8 @@ def _check_blob_copy(blob_copy, name):
         return None
     if not isinstance(blob_copy, dict):
         raise TypeError(
-            f"ParameterInfo {name!r}: blob_copy must be a dict mapping tf.DType -> variable, "
-            f"got {type(blob_copy).__name__}."
+            f"ParameterInfo {name!r}: Argument `blob_copy` must be a dict mapping tf.DType "
+            f"-> variable. Received: blob_copy of type {type(blob_copy).__name__}."
         )
     if not blob_copy:
         return {}

@@ -7,6 +7,8 @@ the Caffe2 importer) share one table and one error message for unknown names.
 import difflib
 import inspect
 
+import keras
+
 _FILL_OPS = {}
 
 
@@ -17,7 +19,22 @@ def register(cls):
 
 
 def fill_ops():
-    """The Caffe2 fill operator names tfinit implements, sorted."""
+    """The Caffe2 fill operator names tfinit implements, sorted.
+
+    Each name is a ``tfinit`` class, a Keras initializer identifier once tfinit is imported
+    (``Dense(4, kernel_initializer="XavierFill")``) and a name ``tfinit.get`` accepts.
+
+    Returns:
+        A sorted list of operator names.
+
+    Example:
+
+    >>> import tfinit
+    >>> tfinit.fill_ops()[:4]
+    ['ConstantFill', 'DiagonalFill', 'GaussianFill', 'GivenTensorBoolFill']
+    >>> "XavierFill" in tfinit.fill_ops()
+    True
+    """
     return sorted(_FILL_OPS)
 
 
@@ -25,7 +42,8 @@ def lookup(name):
     """The class for a Caffe2 fill op name; ``ValueError`` listing close names."""
     if not isinstance(name, str):
         raise TypeError(
-            f"A fill operator name must be a string, got {type(name).__name__}: {name!r}."
+            "Argument `name` (a fill operator name) must be a string. "
+            f"Received: name={name!r} (of type {type(name).__name__})."
         )
     try:
         return _FILL_OPS[name]
@@ -60,3 +78,66 @@ def build(name, kwargs=None):
             f"{name} takes {', '.join(accepted) or 'no arguments'}.{hint}"
         )
     return cls(**kwargs)
+
+
+def get(identifier):
+    """A Keras initializer from a Caffe2 op name, a ``(name, kwargs)`` tuple as
+    Caffe2's brew took it, a Keras config dict or name, an initializer, or None.
+
+    The counterpart of ``keras.initializers.get`` that also knows Caffe2's names and
+    brew's ``("GaussianFill", {"std": 0.01})`` form; a name tfinit does not know is
+    passed on to Keras (``"glorot_uniform"``).
+
+    Args:
+        identifier: a fill operator name, an ``(op_name, kwargs_dict)`` pair, a Keras
+            initializer (instance or class), a Keras config dict or name, a callable, or
+            ``None``.
+
+    Returns:
+        A Keras initializer (``None`` for ``None``; instances and callables unchanged).
+
+    Raises:
+        ValueError: an unknown name (close matches named) or a bad argument value.
+        TypeError: an unexpected argument name, a malformed tuple, or another type.
+
+    Example:
+
+    >>> import tfinit
+    >>> tfinit.get(("GaussianFill", {"std": 0.01, "seed": 1}))
+    GaussianFill(mean=0.0, std=0.01, seed=1, rng='keras')
+    >>> tfinit.get("RangeFill")
+    RangeFill()
+    >>> tfinit.get("XavierFil")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unknown fill operator 'XavierFil'. Did you mean: XavierFill, ...
+    """
+    if identifier is None or isinstance(identifier, keras.initializers.Initializer):
+        return identifier
+    if isinstance(identifier, str):
+        try:
+            return build(identifier, {})
+        except ValueError as ours:
+            try:
+                return keras.initializers.get(identifier)
+            except ValueError:
+                raise ours from None
+    if isinstance(identifier, (tuple, list)):
+        if len(identifier) != 2 or not isinstance(identifier[1], dict):
+            raise TypeError(
+                "tfinit.get: Argument `identifier` given as a tuple must be (op_name, "
+                "kwargs_dict) as in Caffe2's brew, e.g. ('GaussianFill', {'std': 0.01}). "
+                f"Received: identifier={identifier!r}."
+            )
+        return build(identifier[0], identifier[1])
+    if isinstance(identifier, dict):
+        return keras.initializers.get(identifier)
+    if isinstance(identifier, type) and issubclass(identifier, keras.initializers.Initializer):
+        return identifier()
+    if callable(identifier):
+        return identifier
+    raise TypeError(
+        "tfinit.get: Argument `identifier` must be a fill operator name, an (op_name, kwargs) "
+        "tuple, a Keras initializer, a config dict or None. "
+        f"Received: identifier={identifier!r} (of type {type(identifier).__name__})."
+    )

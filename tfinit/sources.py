@@ -10,8 +10,13 @@ One class per kind of source, all with the same small interface:
 
 Kinds: ``MappingSource`` (a dict of name -> array), ``NpzSource`` (an ``.npz`` file, read
 with pickling disabled), ``CheckpointSource`` (a TensorFlow checkpoint, by full key or by
-short variable name) and ``Caffe2InitNetSource`` (a Caffe2 ``init_net.pb``, replayed by
-``tfinit.caffe2.load_init_net``). ``open_source`` picks one from what the user passed.
+short variable name) and ``Caffe2InitNetSource`` (a Caffe2 ``init_net.pb``, replayed by the
+reader registered with :func:`register_init_net_reader`: ``tfinit.caffe2`` registers its
+``load_init_net`` when imported, and ``import tfinit`` imports it). ``open_source`` picks one
+from what the user passed.
+
+This module imports nothing of tfinit but ``tfinit._backend``: the Caffe2 package sits above
+it and plugs its reader in, so that data access never reaches up into the converter.
 
 Values are handed out as stored, never converted: ``get`` makes at most the one copy that
 reading a file needs (none for an in-memory numpy array).
@@ -25,7 +30,35 @@ import numpy as np
 
 from tfinit import _backend
 
+#: ``reader(init_net) -> {blob: array}`` for Caffe2 init_nets (see register_init_net_reader)
+_init_net_reader = None
+
 _CHECKPOINT_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def register_init_net_reader(reader):
+    """Make ``reader`` the function that replays Caffe2 init_nets for ``Caffe2InitNetSource``.
+
+    ``tfinit.caffe2`` registers ``tfinit.caffe2.load_init_net`` when it is imported.
+
+    Args:
+        reader: a callable taking a ``.pb`` path or its bytes and returning a mapping of
+            blob name -> array, or ``None`` to unregister.
+
+    Returns:
+        The reader registered before (``None`` if there was none).
+
+    Raises:
+        TypeError: ``reader`` is neither callable nor ``None``.
+    """
+    global _init_net_reader
+    if reader is not None and not callable(reader):
+        raise TypeError(
+            "register_init_net_reader: Argument `reader` must be callable or None. "
+            f"Received: reader={reader!r}."
+        )
+    previous, _init_net_reader = _init_net_reader, reader
+    return previous
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 
@@ -38,7 +71,8 @@ class Source:
     def get(self, name):
         """The array stored under ``name``; ``KeyError`` if it is not there."""
         if not isinstance(name, str):
-            raise TypeError(f"{self}: parameter names are strings, got {type(name).__name__}.")
+            raise TypeError(f"{self}: Argument `name` must be a string. "
+                            f"Received: name={name!r} (of type {type(name).__name__}).")
         return self._get(name)
 
     def __contains__(self, name):
@@ -92,7 +126,8 @@ class MappingSource(Source):
 
     def __init__(self, mapping, description=None):
         if not isinstance(mapping, Mapping):
-            raise TypeError(f"MappingSource needs a mapping, got {type(mapping).__name__}.")
+            raise TypeError("MappingSource: Argument `mapping` must be a mapping. "
+                            f"Received: mapping of type {type(mapping).__name__}.")
         bad = [k for k in mapping if not isinstance(k, str)]
         if bad:
             raise TypeError(f"Parameter names must be strings; the mapping has key {bad[0]!r}.")
@@ -248,17 +283,17 @@ class CheckpointSource(Source):
 class Caffe2InitNetSource(MappingSource):
     """Values from a Caffe2 ``init_net`` (a ``.pb`` path or its bytes).
 
-    The net's fill operators are replayed by ``tfinit.caffe2.load_init_net``, which must
-    return a mapping of blob name -> array.
+    The net's fill operators are replayed by the registered init_net reader
+    (``tfinit.caffe2.load_init_net``), which must return a mapping of blob name -> array.
     """
 
     def __init__(self, init_net):
-        try:
-            from tfinit.caffe2 import load_init_net
-        except ImportError as err:
+        load_init_net = _init_net_reader
+        if load_init_net is None:
             raise ImportError(
-                f"Reading a Caffe2 init_net needs tfinit.caffe2.load_init_net ({err})."
-            ) from None
+                "Reading a Caffe2 init_net needs tfinit.caffe2.load_init_net, registered "
+                "when tfinit.caffe2 is imported (import tfinit.caffe2)."
+            )
         if isinstance(init_net, (bytes, bytearray, memoryview)):
             description = f"Caffe2 init_net ({len(init_net)} bytes)"
         else:
@@ -269,7 +304,7 @@ class Caffe2InitNetSource(MappingSource):
         blobs = load_init_net(init_net)
         if not isinstance(blobs, Mapping):
             raise TypeError(
-                f"tfinit.caffe2.load_init_net returned {type(blobs).__name__}; expected a "
+                f"The Caffe2 init_net reader returned {type(blobs).__name__}; expected a "
                 f"mapping of blob name -> array."
             )
         super().__init__(blobs, description)
@@ -278,10 +313,28 @@ class Caffe2InitNetSource(MappingSource):
 def open_source(source):
     """The ``Source`` for what a user passed to ``ExternalInitializer``.
 
-    Accepted: a ``Source``; a mapping of name -> array; a path ending in ``.npz``; a path
-    ending in ``.pb`` or raw ``bytes`` (a Caffe2 init_net); a TensorFlow checkpoint prefix,
-    its ``.index`` file or a directory holding checkpoints; a ``tf.train.load_checkpoint``
-    reader.
+    Args:
+        source: a ``Source``; a mapping of name -> array; a path ending in ``.npz``; a path
+            ending in ``.pb`` or raw ``bytes`` (a Caffe2 init_net); a TensorFlow checkpoint
+            prefix, its ``.index`` file or a directory holding checkpoints; a
+            ``tf.train.load_checkpoint`` reader.
+
+    Returns:
+        The ``Source`` (``MappingSource``, ``NpzSource``, ``Caffe2InitNetSource`` or
+        ``CheckpointSource``).
+
+    Raises:
+        FileNotFoundError: a path with nothing there.
+        ValueError: a path of no known kind, or a file that cannot be read.
+        TypeError: another type of ``source``.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit import sources
+    >>> src = sources.open_source({"fc_w": np.zeros((2, 3), np.float32)})
+    >>> str(src), src.names(), src.get("fc_w").shape
+    ('a mapping of 1 arrays', ['fc_w'], (2, 3))
     """
     if isinstance(source, Source):
         return source
@@ -310,7 +363,7 @@ def open_source(source):
             f".npz file, a Caffe2 .pb init_net, or a TensorFlow checkpoint prefix/directory."
         )
     raise TypeError(
-        "ExternalInitializer: source must be a mapping of name -> array, a path (.npz, "
+        "ExternalInitializer: Argument `source` must be a mapping of name -> array, a path (.npz, "
         ".pb, TensorFlow checkpoint), Caffe2 init_net bytes, a checkpoint reader or a "
-        f"tfinit.sources.Source; got {type(source).__name__}."
+        f"tfinit.sources.Source. Received: source of type {type(source).__name__}."
     )

@@ -5,7 +5,7 @@ argument goes through Caffe2's ``Argument`` message, so Python floats pass throu
 float32 and an op reads only the field of its type (``min=0`` is an int, not the
 float UniformFill wants). Shapes follow ``FillerOp``: a ``shape`` list, or the shape
 of input 0 plus ``extra_shape``, or input 0's values with ``input_as_shape=1``.
-Values come from the ``tfinit.fills`` classes (through ``tfinit.registry``) in
+Values come from the ``tfinit`` fill classes (through ``tfinit.registry``) in
 Caffe2 layout; this module only translates arguments and checks them as Caffe2 does.
 """
 
@@ -14,22 +14,19 @@ import math
 import keras
 import numpy as np
 
-from tfinit import fills, registry
+from tfinit import registry, sources
+from tfinit._caffe2_types import DATA_TYPES, NUMPY_DTYPES, DataType, data_type  # noqa: F401 (re-exported)
+from tfinit._exact import check_exact_cast
 from tfinit.caffe2._netdef import make_arg, read_netdef
 
-#: Caffe2's ``TensorProto.DataType`` enum.
-DATA_TYPES = {
-    "UNDEFINED": 0, "FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5, "UINT8": 6,
-    "INT8": 7, "UINT16": 8, "INT16": 9, "INT64": 10, "FLOAT16": 12, "DOUBLE": 13,
-    "ZERO_COLLISION_HASH": 14,
-}
-_DTYPE_NAMES = {v: k for k, v in DATA_TYPES.items()}
-#: numpy dtypes of the Caffe2 data types tfinit can produce (STRING: object arrays of bytes).
-NUMPY_DTYPES = {
-    1: "float32", 2: "int32", 3: "uint8", 4: "object", 5: "bool", 6: "uint8", 7: "int8",
-    8: "uint16", 9: "int16", 10: "int64", 12: "float16", 13: "float64",
-}
-_CONSTANT_DTYPES = (1, 13, 5, 7, 9, 2, 10, 6, 8, 4)  # ConstantFill's switch
+
+#: ConstantFill's switch, in Caffe2's order
+_CONSTANT_DTYPES = (
+    DataType.FLOAT, DataType.DOUBLE, DataType.BOOL, DataType.INT8, DataType.INT16,
+    DataType.INT32, DataType.INT64, DataType.UINT8, DataType.UINT16, DataType.STRING,
+)
+#: DiagonalFill's switch: ConstantFill's without STRING
+_DIAGONAL_DTYPES = _CONSTANT_DTYPES[:-1]
 _FILLER_ARGS = ("shape", "extra_shape", "input_as_shape", "dtype")
 
 
@@ -45,7 +42,8 @@ class _Op:
 
     # -- errors
     def error(self, arg, text, kind=ValueError):
-        where = f"argument `{arg}`: " if arg else ""
+        """``kind("<op>: Argument `arg` <text>")``; without ``arg``, ``"<op>: <text>"``."""
+        where = f"Argument `{arg}` " if arg else ""
         return kind(f"{self.type}: {where}{text}")
 
     # -- typed argument access, one protobuf field each, as Caffe2's GetSingleArgument
@@ -62,8 +60,8 @@ class _Op:
         if not isinstance(value, kind):
             raise self.error(
                 name,
-                f"must be {described}, got {_describe(value)} (Caffe2: 'Argument {name} does "
-                f"not have the right field: expected field {field}').",
+                f"must be {described} (Caffe2: 'Argument {name} does not have the right "
+                f"field: expected field {field}'). Received: {name}={_describe(value)}.",
                 TypeError,
             )
         return value
@@ -74,13 +72,15 @@ class _Op:
             return []
         if isinstance(value, (int, float)):
             raise self.error(
-                name, f"was a scalar ({value!r}), list expected (Caffe2: 'Fill '{name}' "
-                "argument was a scalar, list expected')."
+                name, f"must be a list (Caffe2: 'Fill '{name}' argument was a scalar, list "
+                f"expected'). Received: {name}={value!r}."
             )
         if not (isinstance(value, np.ndarray) and value.dtype == np.int64):
-            raise self.error(name, f"must be a list of ints, got {_describe(value)}.", TypeError)
+            raise self.error(name, f"must be a list of ints. Received: {name}="
+                             f"{_describe(value)}.", TypeError)
         if np.any(value < 0):
-            raise self.error(name, f"has a negative dimension: {value.tolist()}.")
+            raise self.error(name, f"must have no negative dimension. Received: {name}="
+                             f"{value.tolist()}.")
         return [int(v) for v in value]
 
     def dtype_arg(self, default):
@@ -102,7 +102,8 @@ class _Op:
                                  "be given if input_as_shape is true').")
             return tuple(shape)
         if len(self.inputs) > max_inputs:
-            raise self.error(None, f"takes at most {max_inputs} input(s), got {len(self.inputs)}.")
+            raise self.error(None, f"takes at most {max_inputs} input(s). Received: "
+                             f"{len(self.inputs)} inputs.")
         if shape:
             raise self.error("shape", "cannot be set when an input gives the shape (Caffe2: "
                              "'Cannot set the shape argument and pass in an input at the "
@@ -111,12 +112,13 @@ class _Op:
         if not as_shape:
             return tuple(source.shape) + tuple(extra)
         if source.ndim != 1 or source.dtype != np.int64 or source.size == 0:
-            raise self.error("input_as_shape", "input 0 must be a non-empty 1-D int64 "
-                             f"tensor, got {source.dtype} of shape {source.shape} (Caffe2: "
-                             "'Tensor type mismatch' for other types).", TypeError)
+            raise self.error("input_as_shape", "needs input 0 to be a non-empty 1-D int64 "
+                             "tensor (Caffe2: 'Tensor type mismatch' for other types). "
+                             f"Received: input 0 of dtype {source.dtype} and shape "
+                             f"{source.shape}.", TypeError)
         if np.any(source < 0):
-            raise self.error("input_as_shape", f"input 0 has a negative dimension: "
-                             f"{source.tolist()}.")
+            raise self.error("input_as_shape", "needs input 0 without negative dimensions. "
+                             f"Received: input 0 = {source.tolist()}.")
         return tuple(int(v) for v in source) + tuple(extra)
 
     # -- tfinit fills
@@ -144,41 +146,19 @@ def _describe(value):
     return f"{type(value).__name__} {value!r}"
 
 
-def data_type(value, op_type="fill"):
-    """A Caffe2 ``TensorProto.DataType`` int from an int or a name ('FLOAT', 'int64')."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    if isinstance(value, str):
-        key = value.upper().rsplit(".", 1)[-1]
-        if key not in DATA_TYPES:
-            raise ValueError(
-                f"{op_type}: argument `dtype`: unknown Caffe2 data type {value!r}; "
-                f"known: {', '.join(DATA_TYPES)}."
-            )
-        return DATA_TYPES[key]
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        return int(value)
-    raise TypeError(
-        f"{op_type}: argument `dtype` must be a TensorProto.DataType int or name, "
-        f"got {_describe(value)}."
-    )
-
-
 def _dtype_error(op, dtype):
-    if dtype == 0:
-        return op.error("dtype", f"UNDEFINED (0) is not allowed (Caffe2: '{op.type} op "
-                        "cannot have undefined 'dtype' argument').")
-    name = _DTYPE_NAMES.get(dtype, "unknown")
-    return op.error("dtype", f"{dtype} ({name}) is not supported (Caffe2: 'Unexpected "
-                    f"'dtype' argument value: {dtype}').")
+    if dtype == DataType.UNDEFINED:
+        return op.error("dtype", f"must not be UNDEFINED (Caffe2: '{op.type} op cannot have "
+                        "undefined 'dtype' argument'). Received: dtype=0 (UNDEFINED).")
+    name = dtype.name if isinstance(dtype, DataType) else "unknown"
+    return op.error("dtype", f"must be a data type {op.type} supports (Caffe2: 'Unexpected "
+                    f"'dtype' argument value: {int(dtype)}'). Received: dtype={int(dtype)} "
+                    f"({name}).")
 
 
 def _exact(op, arg, values, dtype):
     """Caffe2's lossless integer conversion of argument values, naming the argument."""
-    try:
-        fills.check_exact_cast(np.asarray(values), dtype, op.type)
-    except ValueError as err:
-        raise op.error(arg, str(err).split(": ", 1)[-1]) from None
+    check_exact_cast(np.asarray(values), dtype, op.type, arg)
 
 
 # ---------------------------------------------------------------- constant-like fills
@@ -187,18 +167,19 @@ def _exact(op, arg, values, dtype):
 def _value_dtype(op, allowed):
     """ConstantFill/DiagonalFill: dtype from the argument, else inferred from `value`."""
     if "dtype" in op.args:
-        dtype = op.dtype_arg(1)
+        dtype = op.dtype_arg(DataType.FLOAT)
     elif "value" in op.args and op.args["value"] is not None:
         value = op.args["value"]
         if isinstance(value, float):
-            dtype = 1
+            dtype = DataType.FLOAT
         elif isinstance(value, int):
-            dtype = 10  # ints and bools are stored in the int64 field
+            dtype = DataType.INT64  # ints and bools are stored in the int64 field
         else:
-            raise op.error("value", f"is of unexpected type ({_describe(value)}); "
-                           "Caffe2 infers the dtype only from a float or an int.", TypeError)
+            raise op.error("value", "must be a float or an int when no `dtype` is given "
+                           "(Caffe2 infers the dtype only from those; unexpected type). "
+                           f"Received: value={_describe(value)}.", TypeError)
     else:
-        dtype = 1
+        dtype = DataType.FLOAT
     if dtype not in allowed:
         raise _dtype_error(op, dtype)
     return dtype
@@ -206,18 +187,18 @@ def _value_dtype(op, allowed):
 
 def _typed_value(op, dtype):
     """The `value` argument read from the field ``dtype`` needs (default 0)."""
-    if dtype in (1, 13):
+    if dtype in (DataType.FLOAT, DataType.DOUBLE):
         return op.float_arg("value", 0.0)
-    if dtype == 4:
+    if dtype == DataType.STRING:
         value = op.args.get("value")
         if value is None:
             return b""
         if not isinstance(value, bytes):
-            raise op.error("value", f"must be a string for dtype STRING, got "
-                           f"{_describe(value)} (Caffe2: 'expected field s').", TypeError)
+            raise op.error("value", "must be a string for dtype STRING (Caffe2: 'expected "
+                           f"field s'). Received: value={_describe(value)}.", TypeError)
         return value
     value = op.int_arg("value", 0)
-    if dtype == 5:
+    if dtype == DataType.BOOL:
         return int(bool(value))  # Caffe2 casts the int to bool without a range check
     _exact(op, "value", value, NUMPY_DTYPES[dtype])
     return value
@@ -227,7 +208,7 @@ def _constant_fill(op):
     dtype = _value_dtype(op, _CONSTANT_DTYPES)
     value = _typed_value(op, dtype)
     shape = op.shape()
-    if dtype == 4:
+    if dtype == DataType.STRING:
         out = np.empty(shape, dtype=object)
         out.fill(value)
         return out
@@ -236,7 +217,7 @@ def _constant_fill(op):
 
 
 def _diagonal_fill(op):
-    dtype = _value_dtype(op, (1, 13, 5, 7, 9, 2, 10, 6, 8))
+    dtype = _value_dtype(op, _DIAGONAL_DTYPES)
     value = _typed_value(op, dtype)
     name = NUMPY_DTYPES[dtype]
     kwargs = {"value": value, "dtype": name, "layout": "caffe2"}
@@ -268,14 +249,15 @@ def _bounds_from_inputs(op, kind):
                            f"(Caffe2: 'Cannot set both {arg} arg and {arg} input blob').")
         if op.inputs[index].size != 1 or op.inputs[index].dtype.kind not in kind:
             raise op.error(None, f"input {index} ({arg}) must be a scalar of the output "
-                           f"type, got {op.inputs[index].dtype} of shape "
+                           f"type. Received: {op.inputs[index].dtype} of shape "
                            f"{op.inputs[index].shape}.")
     return op.inputs[1].item(), op.inputs[2].item()
 
 
 def _uniform(op, name, kind, dtype, default_min, default_max, arg_reader):
     if len(op.inputs) == 2:
-        raise op.error(None, "takes 0, 1 or 3 inputs (shape source, min, max), got 2.")
+        raise op.error(None, "takes 0, 1 or 3 inputs (shape source, min, max). Received: 2 "
+                       "inputs.")
     if len(op.inputs) == 3:
         low, high = _bounds_from_inputs(op, kind)
         shape = op.shape(max_inputs=3)
@@ -316,8 +298,8 @@ def _msra_fill(op):
 
 
 def _unique_uniform_fill(op):
-    dtype = op.dtype_arg(2)
-    if dtype not in (2, 10):
+    dtype = op.dtype_arg(DataType.INT32)
+    if dtype not in (DataType.INT32, DataType.INT64):
         raise _dtype_error(op, dtype)
     for arg in ("min", "max"):
         if op.args.get(arg) is None:
@@ -330,7 +312,8 @@ def _unique_uniform_fill(op):
     if len(op.inputs) == 2:
         avoid = op.inputs[1].reshape(-1)
         if avoid.size and avoid.dtype.kind not in "iu":
-            raise op.error(None, f"input 1 (avoid) must hold integers, got {avoid.dtype}.")
+            raise op.error(None, "input 1 (avoid) must hold integers. Received: avoid of "
+                           f"dtype {avoid.dtype}.")
     shape = op.shape(max_inputs=2)
     count = math.prod(shape)
     if low < high and count > high - low + 1 - avoid.size:  # Caffe2 counts every avoided value
@@ -345,19 +328,25 @@ def _unique_uniform_fill(op):
 
 # op -> (tfinit class or None, Caffe2 data type it reads when no dtype applies)
 _GIVEN = {
-    "GivenTensorFill": ("GivenTensorFill", 1),
-    "GivenTensorDoubleFill": ("GivenTensorDoubleFill", 13),
-    "GivenTensorIntFill": ("GivenTensorIntFill", 2),
-    "GivenTensorInt64Fill": ("GivenTensorInt64Fill", 10),
-    "GivenTensorInt16Fill": ("GivenTensorInt16Fill", 9),
-    "GivenTensorBoolFill": ("GivenTensorBoolFill", 5),
-    "GivenTensorStringFill": (None, 4),
-    "GivenTensorByteStringToUInt8Fill": (None, 6),
+    "GivenTensorFill": ("GivenTensorFill", DataType.FLOAT),
+    "GivenTensorDoubleFill": ("GivenTensorDoubleFill", DataType.DOUBLE),
+    "GivenTensorIntFill": ("GivenTensorIntFill", DataType.INT32),
+    "GivenTensorInt64Fill": ("GivenTensorInt64Fill", DataType.INT64),
+    "GivenTensorInt16Fill": ("GivenTensorInt16Fill", DataType.INT16),
+    "GivenTensorBoolFill": ("GivenTensorBoolFill", DataType.BOOL),
+    "GivenTensorStringFill": (None, DataType.STRING),
+    "GivenTensorByteStringToUInt8Fill": (None, DataType.UINT8),
 }
-_GIVEN_BY_DTYPE = {1: "GivenTensorFill", 13: "GivenTensorDoubleFill", 5: "GivenTensorBoolFill",
-                   9: "GivenTensorInt16Fill", 2: "GivenTensorIntFill", 10: "GivenTensorInt64Fill",
-                   4: "GivenTensorStringFill"}
-_FIELD_OF = {1: "floats", 13: "floats", 4: "strings", 6: "strings"}
+#: GivenTensorFill's ``dtype`` argument -> the op it then behaves as
+_GIVEN_BY_DTYPE = {
+    DataType.FLOAT: "GivenTensorFill", DataType.DOUBLE: "GivenTensorDoubleFill",
+    DataType.BOOL: "GivenTensorBoolFill", DataType.INT16: "GivenTensorInt16Fill",
+    DataType.INT32: "GivenTensorIntFill", DataType.INT64: "GivenTensorInt64Fill",
+    DataType.STRING: "GivenTensorStringFill",
+}
+#: the Argument field Caffe2 reads `values` from, per data type (others: "ints")
+_FIELD_OF = {DataType.FLOAT: "floats", DataType.DOUBLE: "floats", DataType.STRING: "strings",
+             DataType.UINT8: "strings"}
 
 
 def _given_values(op, dtype):
@@ -378,12 +367,12 @@ def _given_values(op, dtype):
 def _given_tensor_fill(op):
     cls_name, dtype = _GIVEN[op.type]
     if op.type == "GivenTensorFill" and "dtype" in op.args:  # only it honours dtype
-        dtype = op.dtype_arg(1)
+        dtype = op.dtype_arg(DataType.FLOAT)
         if dtype not in _GIVEN_BY_DTYPE:
             raise _dtype_error(op, dtype)
         cls_name = _GIVEN_BY_DTYPE[dtype]
     values = _given_values(op, dtype)
-    if dtype == 6:  # one byte string -> its bytes as uint8
+    if dtype == DataType.UINT8:  # one byte string -> its bytes as uint8
         values = np.frombuffer(values[0], dtype=np.uint8) if values else np.zeros(0, np.uint8)
     shape = op.shape()
     count = len(values)
@@ -397,13 +386,13 @@ def _given_tensor_fill(op):
         raise op.error("values", f"shape {list(shape)} has {math.prod(shape)} elements but "
                        f"{count} values were given{hint} (Caffe2: 'output->numel() == "
                        f"values_.numel(). {math.prod(shape)} vs {count}').")
-    if dtype == 4:
+    if dtype == DataType.STRING:
         out = np.empty(count, dtype=object)
         out[:] = values
         return out.reshape(shape)
-    if dtype == 6:
+    if dtype == DataType.UINT8:
         return values.reshape(shape).copy()
-    if dtype == 5:
+    if dtype == DataType.BOOL:
         values = np.asarray(values) != 0  # Caffe2 casts ints to bool without a range check
     else:
         _exact(op, "values", values, NUMPY_DTYPES[dtype])
@@ -421,11 +410,11 @@ _HALF_MAX = 65504.0
 
 def _one_input(op, dtype):
     if len(op.inputs) != 1:
-        raise op.error(None, f"takes exactly 1 input, got {len(op.inputs)}.")
+        raise op.error(None, f"takes exactly 1 input. Received: {len(op.inputs)} inputs.")
     x = op.inputs[0]
     if x.dtype != np.dtype(dtype):
-        raise op.error(None, f"input must be {dtype}, got {x.dtype} (Caffe2: 'Tensor type "
-                       "mismatch').", TypeError)
+        raise op.error(None, f"input must be {dtype} (Caffe2: 'Tensor type mismatch'). "
+                       f"Received: an input of dtype {x.dtype}.", TypeError)
     return x
 
 
@@ -470,7 +459,17 @@ RANDOM_OPS = ("GaussianFill", "UniformFill", "UniformIntFill", "UniqueUniformFil
 
 
 def supported_ops():
-    """The operator types ``fill`` and ``load_init_net`` replay, sorted."""
+    """The operator types ``fill`` and ``load_init_net`` replay, sorted.
+
+    Returns:
+        A sorted list of Caffe2 operator type names.
+
+    Example:
+
+    >>> from tfinit.caffe2 import replayed_ops
+    >>> replayed_ops()[:4]
+    ['ConstantFill', 'DiagonalFill', 'Float16ConstantFill', 'Float16UniformFill']
+    """
     return sorted(_OPS)
 
 
@@ -500,9 +499,35 @@ def fill(op_type, *inputs, seed=None, **args):
     Caffe2's own CPU stream (``rng="caffe2"``); ``None`` draws fresh values.
     ``dtype`` is a ``TensorProto.DataType`` int or name. Unknown argument names raise
     ``TypeError`` (Caffe2 would silently ignore them).
+
+    Args:
+        op_type: the Caffe2 operator type (``replayed_ops()`` lists them).
+        *inputs: the operator's input arrays, for the operators that take them.
+        seed: Caffe2's ``random_seed``, an int in ``[0, 2**32)``, or ``None``.
+        **args: the operator's Caffe2 arguments (``shape``, ``values``, ``min``, ...).
+
+    Returns:
+        A numpy array: what the Caffe2 operator writes to its output blob.
+
+    Raises:
+        TypeError: an unknown argument name, a value in the wrong Caffe2 field (an int
+            where Caffe2 reads a float), or a bad ``seed``.
+        ValueError: an unknown operator, or arguments Caffe2 refuses (its message quoted).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2 import fill
+    >>> fill("GivenTensorIntFill", shape=[2, 2], values=[1, 2, 3, 4]).tolist()
+    [[1, 2], [3, 4]]
+    >>> fill("UniformFill", shape=[3], min=-1.0, max=1.0, seed=3).astype(float).round(4).tolist()
+    [-0.9915, -0.7889, -0.4283]
+    >>> fill("FloatToHalf", np.array([65519.0, 65520.0], np.float32)).tolist()
+    [65504.0, inf]
     """
     if not isinstance(op_type, str):
-        raise TypeError(f"fill: op_type must be a Caffe2 operator name, got {op_type!r}.")
+        raise TypeError("fill: Argument `op_type` must be a Caffe2 operator name. "
+                        f"Received: op_type={op_type!r}.")
     if op_type not in _OPS:
         _run(op_type, (), {})
     accepted = _accepted(op_type)
@@ -512,8 +537,8 @@ def fill(op_type, *inputs, seed=None, **args):
                         f"{op_type} takes {', '.join(accepted) or 'no arguments'}.")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                              or not 0 <= seed < 2**32):
-        raise TypeError(f"{op_type}: argument `seed` (Caffe2's random_seed) must be an int "
-                        f"in [0, 2**32), got {seed!r}.")
+        raise TypeError(f"{op_type}: Argument `seed` (Caffe2's random_seed) must be an int "
+                        f"in [0, 2**32). Received: seed={seed!r}.")
     typed = {}
     for name, value in args.items():
         if name == "dtype":
@@ -549,18 +574,48 @@ def load_init_net(source, seed=None, seeds=None):
     Other random ops draw fresh values, or, with an int ``seed``, reproducible
     Keras-stream values (a distinct seed per op, derived from ``seed`` and the op's
     position). Arguments an op does not read are ignored, as in Caffe2.
+
+    Args:
+        source: a ``.pb`` path, its bytes, or a ``tfinit.caffe2.NetDef``.
+        seed: ``None`` (fresh values) or an int for reproducible Keras-stream values of the
+            ops Caffe2 would not have seeded.
+        seeds: ``{blob: int}``: Caffe2 seeds for the ops writing these blobs.
+
+    Returns:
+        A dict of blob name -> numpy array, in the order the ops write them.
+
+    Raises:
+        TypeError: a bad ``seed``/``seeds`` value, or an op argument in the wrong field.
+        KeyError: ``seeds`` names a blob no op writes.
+        ValueError: an op tfinit does not replay, an input no earlier op writes, or
+            arguments Caffe2 refuses; the message names the op and its position.
+
+    Example:
+
+    >>> from tfinit.caffe2 import NetDef, Operator, load_init_net
+    >>> net = NetDef(ops=[
+    ...     Operator("ConstantFill", (), ("fc_b",), {"shape": [2], "value": 0.5}),
+    ...     Operator("XavierFill", (), ("fc_w",), {"shape": [2, 3]}),
+    ... ])
+    >>> blobs = load_init_net(net, seeds={"fc_w": 1})
+    >>> blobs["fc_b"].tolist(), blobs["fc_w"].shape
+    ([0.5, 0.5], (2, 3))
+    >>> blobs["fc_w"].astype(float).round(4).tolist()  # Caffe2's stream for random_seed=1
+    [[0.5153, -0.4414, -0.1939], [0.4694, -0.9414, 0.5997]]
     """
     net = read_netdef(source)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise TypeError(f"load_init_net: argument `seed` must be an int or None, got {seed!r}.")
+        raise TypeError("load_init_net: Argument `seed` must be an int or None. "
+                        f"Received: seed={seed!r}.")
     seeds = dict(seeds or {})
     produced = {out for op in net.ops for out in op.outputs}
     for blob, value in seeds.items():
         if blob not in produced:
-            raise KeyError(f"load_init_net: argument `seeds` names blob {blob!r}, which no "
+            raise KeyError(f"load_init_net: Argument `seeds` names blob {blob!r}, which no "
                            f"op of the init net writes; blobs: {', '.join(sorted(produced)[:10])}.")
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"load_init_net: seeds[{blob!r}] must be an int, got {value!r}.")
+            raise TypeError(f"load_init_net: Argument `seeds` must map blobs to ints. "
+                            f"Received: seeds[{blob!r}]={value!r}.")
     blobs = {}
     for index, op in enumerate(net.ops):
         where = f"init net op #{index} ({op.type or '<no type>'} -> {', '.join(op.outputs)})"
@@ -585,3 +640,7 @@ def load_init_net(source, seed=None, seeds=None):
         except (ValueError, TypeError) as err:
             raise type(err)(f"{where}: {err}") from None
     return blobs
+
+
+# ExternalInitializer reads init_nets through tfinit.sources, which sits below this package.
+sources.register_init_net_reader(load_init_net)

@@ -1,0 +1,76 @@
+"""Every public name of ``tfinit`` has a Keras-style docstring, and its examples run.
+
+The examples are doctests: each one is run here, so a docstring cannot drift from the
+code. Examples of the names that create ``tf.Variable``s need the TensorFlow backend.
+"""
+
+import doctest
+import inspect
+
+import pytest
+
+import tfinit
+
+#: names whose examples create TensorFlow variables
+NEEDS_TENSORFLOW = {
+    "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",
+    "ReversePseudoFP16Initializer",
+}
+NAMES = sorted(n for n in tfinit.__all__ if not inspect.ismodule(getattr(tfinit, n)))
+#: public names of submodules: tfinit.caffe2's fill replay, tfinit.sources
+MORE = [("tfinit.caffe2", "fill"), ("tfinit.caffe2", "load_init_net"),
+        ("tfinit.caffe2", "replayed_ops"), ("tfinit.sources", "open_source")]
+
+
+def _param(name):
+    marks = [pytest.mark.tensorflow_only] if name in NEEDS_TENSORFLOW else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+def _takes_arguments(obj):
+    function = obj.__init__ if inspect.isclass(obj) else obj
+    params = inspect.signature(function).parameters
+    return any(p not in ("self",) for p in params)
+
+
+def test_every_public_name_is_covered():
+    assert len(NAMES) >= 23 and "get" in NAMES and "XavierFill" in NAMES
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in NAMES])
+def test_public_name_documents_its_contract_with_an_example(name):
+    obj = getattr(tfinit, name)
+    doc = inspect.getdoc(obj)
+    assert doc and "Example:" in doc and ">>> " in doc, name
+    if _takes_arguments(obj):
+        assert "\nArgs:\n" in doc, name
+    assert "\nReturns:\n" in doc or "\nRaises:\n" in doc, name
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in NAMES])
+def test_public_name_examples_run(name):
+    obj = getattr(tfinit, name)
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    assert tests and tests[0].examples, f"{name} has no doctest examples"
+    failures = []
+    runner = doctest.DocTestRunner(
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False
+    )
+    for test in tests:
+        runner.run(test, out=failures.append)
+    assert runner.summarize(verbose=False).failed == 0, "".join(failures)
+
+
+@pytest.mark.parametrize("module, name", MORE)
+def test_submodule_names_document_and_run_their_examples(module, name):
+    import importlib
+
+    obj = getattr(importlib.import_module(module), name)
+    doc = inspect.getdoc(obj)
+    assert "Example:" in doc and ("\nArgs:\n" in doc or not _takes_arguments(obj)), name
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    failures = []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test, out=failures.append)
+    assert tests[0].examples and runner.summarize(verbose=False).failed == 0, "".join(failures)
