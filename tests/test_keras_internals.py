@@ -239,3 +239,26 @@ def test_carry_weight_decay_exclusions_adds_to_the_var_list_exclusions():
     optimizer.apply([np.zeros(2, "f4"), np.zeros(2, "f4")], [new, other])
     assert new.numpy().tolist() == [1.0, 1.0], MOVED
     assert other.numpy()[0] < 1.0, MOVED
+
+
+def test_keras_tensor_origin_is_the_call_that_made_a_symbolic_tensor():
+    inputs = keras.Input((4,))
+    dense = keras.layers.Dense(3)
+    first = dense(inputs)
+    second = dense(keras.layers.Dense(4)(first))  # a second call of the same layer
+    assert internals.keras_tensor_origin(first) == (dense, (inputs,)), MOVED
+    layer, (made_by,) = internals.keras_tensor_origin(second)
+    assert layer is dense and internals.keras_tensor_origin(made_by)[0] is not dense, MOVED
+    assert internals.keras_tensor_origin(inputs)[1] == (), MOVED
+    assert internals.keras_tensor_origin(np.ones(2)) == (None, ()), MOVED
+
+
+def test_checkpoint_object_graph_maps_attribute_paths_to_keys(tmp_path):
+    module = tf.Module()
+    module.weights = tf.Variable([1.0, 2.0])
+    path = tf.train.Checkpoint(model=module).write(str(tmp_path / "ckpt"))
+    reader = tf.train.load_checkpoint(path)
+    graph = internals.checkpoint_object_graph(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    keys = {full: key for full, key in graph}
+    assert any(key.startswith("model/weights/") for key in keys.values()), (graph, MOVED)
+    assert all(reader.has_tensor(key) for key in keys.values()), MOVED

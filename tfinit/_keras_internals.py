@@ -109,6 +109,21 @@ class HookedKerasVariable(keras.Variable):
         return super()._maybe_autocast(value)
 
 
+def keras_tensor_origin(tensor):
+    # Public stand-in: `Layer.input` names only the inputs of a layer's first call; which call
+    # produced a symbolic tensor is recorded only in its `_keras_history`.
+    """``(layer, inputs)``: the layer whose call produced the symbolic ``tensor`` and the
+    input tensors of that call; ``(None, ())`` for a model input or a non-symbolic tensor."""
+    history = getattr(tensor, "_keras_history", None)
+    if history is None:
+        return None, ()
+    layer = history.operation
+    nodes = getattr(layer, "_inbound_nodes", [])
+    if history.node_index >= len(nodes):
+        return layer, ()
+    return layer, tuple(nodes[history.node_index].input_tensors)
+
+
 def in_layer_call():
     # Public stand-in: none; Keras records the call context of the layer being called.
     """Whether a Keras layer's ``call`` is running (in this thread)."""
@@ -265,6 +280,18 @@ def control_flow_outer_graph():
     while isinstance(graph, body):
         graph = graph.outer_graph
     return graph
+
+
+def checkpoint_object_graph(serialized):
+    # Public stand-in: none; a TensorFlow checkpoint stores its object graph (which Python
+    # attribute path wrote which key) as a TrackableObjectGraph proto with no public parser.
+    """``(attribute path, checkpoint key)`` for each attribute in a checkpoint's object graph."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(serialized)
+    return [(attr.full_name, attr.checkpoint_key)
+            for node in graph.nodes for attr in node.attributes]
 
 
 def is_trackable(obj):

@@ -237,14 +237,12 @@ class CheckpointSource(Source):
             if key.endswith(_CHECKPOINT_SUFFIX):
                 aliases.setdefault(key[: -len(_CHECKPOINT_SUFFIX)], set()).add(key)
         if self._reader.has_tensor(_OBJECT_GRAPH_KEY):
-            from tensorflow.core.protobuf import trackable_object_graph_pb2
+            from tfinit import _keras_internals as internals  # TensorFlow: checkpoints only
 
-            graph = trackable_object_graph_pb2.TrackableObjectGraph()
-            graph.ParseFromString(self._reader.get_tensor(_OBJECT_GRAPH_KEY))
-            for node in graph.nodes:
-                for attr in node.attributes:
-                    if attr.full_name and attr.checkpoint_key in self._dtypes:
-                        aliases.setdefault(attr.full_name, set()).add(attr.checkpoint_key)
+            graph = internals.checkpoint_object_graph(self._reader.get_tensor(_OBJECT_GRAPH_KEY))
+            for full_name, key in graph:
+                if full_name and key in self._dtypes:
+                    aliases.setdefault(full_name, set()).add(key)
         return aliases
 
     def _resolve(self, name):

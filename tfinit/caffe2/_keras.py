@@ -110,14 +110,9 @@ def conv_kernel(w):
 
 
 def _history(tensor):
-    history = getattr(tensor, "_keras_history", None)
-    if history is None:
-        return None, ()
-    layer = history.operation
-    nodes = getattr(layer, "_inbound_nodes", [])
-    if history.node_index >= len(nodes):
-        return layer, ()
-    return layer, tuple(nodes[history.node_index].input_tensors)
+    from tfinit import _keras_internals as internals  # only for Keras functional graphs
+
+    return internals.keras_tensor_origin(tensor)
 
 
 def _layout(tensor):
@@ -145,10 +140,10 @@ def _flattened_from(dense):
     """``(C, *spatial)`` when ``dense`` reads a channels-last conv output flattened by
     Keras; None when the flatten order already is Caffe2's (or nothing was flattened);
     ``...`` when the model has no graph to look at (subclassed models)."""
-    nodes = getattr(dense, "_inbound_nodes", [])
-    if not nodes:
+    try:
+        tensor = dense.input  # its first call's input; a subclassed model's layers have none
+    except (AttributeError, ValueError):
         return ...
-    tensor = nodes[0].input_tensors[0]
     while True:  # skip 2-D pass-through layers (Dropout, Activation) after the flatten
         layer, inputs = _history(tensor)
         if layer is None or not inputs:
@@ -163,7 +158,7 @@ def _flattened_from(dense):
     if len(dims) < 2 or len(tensor.shape) != 2:
         return None
     layout = _layout(source)
-    channels_first = bool(getattr(layer, "_channels_first", False))
+    channels_first = getattr(layer, "data_format", None) == "channels_first"
     if layout == "channels_last" and not channels_first:
         return (dims[-1], *dims[:-1])
     if layout == "channels_first" and channels_first:
