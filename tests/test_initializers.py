@@ -504,3 +504,23 @@ def test_tf_train_checkpoint_as_init_net_and_dict_init_net(tmp_path):
     params = {}
     info = Initializer("ConstantFill").create_param(param_name="b", shape=[2], init_net=params)
     assert params == {"b": info.param}
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tfinit.XavierFill(seed=3), lambda: tfinit.ConstantFill(value=0.5),
+    lambda: tfinit.Initializer("MSRAFill", seed=2),
+    lambda: tfinit.PseudoFP16Initializer("GaussianFill", std=0.1, seed=1)])
+def test_initializers_take_keras_distribution_layout(make):
+    """Keras 3.15's signature ``__call__(shape, dtype=None, layout=None)``: without a layout the
+    call is the plain one; with a one-device layout the values are the same."""
+    init = make()
+    dtype = "float16" if isinstance(init, tfinit.PseudoFP16Initializer) else "float32"
+    plain = keras.ops.convert_to_numpy(make()((4, 6), dtype))
+    assert keras.ops.convert_to_numpy(init((4, 6), dtype, layout=None)).tobytes() == \
+        plain.tobytes()
+    if keras.backend.backend() == "jax":  # Keras's TF backend has no tensor layouts
+        from keras.distribution import DeviceMesh, TensorLayout, list_devices
+
+        mesh = DeviceMesh((1,), ["batch"], list_devices()[:1])
+        laid = make()((4, 6), dtype, layout=TensorLayout([None, "batch"], mesh))
+        assert keras.ops.convert_to_numpy(laid).tobytes() == plain.tobytes()

@@ -577,3 +577,14 @@ def test_no_keras_class_changes_and_other_threads_are_untouched():
     assert other["norm"].dtype_policy.name == "float32"
     assert other["dense"].kernel.dtype == "float32" and _pairs.lookup(other["dense"].kernel) is None
     assert [dict(vars(cls)) for cls in classes] == before
+
+
+@pytest.mark.parametrize("mode", ["pseudo_fp16", "reverse"])
+def test_creator_accepts_a_shape_keyword(mode):
+    """The next Keras release passes `shape=` to variable creators."""
+    with mp.scope(mode, "bfloat16"):
+        v = tf.Variable(initial_value=lambda: tf.fill((2, 3), 1.5), shape=(2, 3),
+                        dtype=tf.float32)
+    info = mp.parameter_info(v)
+    assert tuple(v.shape) == (2, 3) and info.shape == (2, 3)
+    assert master(v).numpy().tolist() == [[1.5] * 3] * 2

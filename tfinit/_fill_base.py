@@ -28,14 +28,20 @@ class Fill(keras.initializers.Initializer):
         """The Caffe2 operator name (the class name)."""
         return type(self).__name__
 
-    def __call__(self, shape, dtype=None):
+    def __call__(self, shape, dtype=None, layout=None):
+        """The filled tensor of ``shape`` in ``dtype``, distributed as ``layout`` when given.
+
+        ``layout`` is Keras 3's distribution layout (a ``keras.distribution.TensorLayout`` or
+        the backend's own), as Keras passes it on backends that shard variables (JAX); it is
+        not the Caffe2/Keras weight ``layout`` of the fans (a constructor argument).
+        """
         shape = _args.normalize_shape(shape, self.op_name)
         dtype = self._resolve_dtype(dtype)
         self._check_shape(shape)
         if _fans.numel(shape) == 0:
             _backend.check_holds(dtype, self.op_name)
-            return keras.ops.zeros(shape, dtype=dtype)
-        return self._fill(shape, dtype)
+            return distributed(keras.ops.zeros(shape, dtype=dtype), layout)
+        return distributed(self._fill(shape, dtype), layout)
 
     def _resolve_dtype(self, dtype):
         dtype = _args.standardize_dtype(dtype, self.op_name)
@@ -60,3 +66,10 @@ def register(cls):
     cls = keras.saving.register_keras_serializable(package="tfinit")(cls)
     keras.saving.get_custom_objects()[cls.__name__] = cls
     return cls
+
+
+def distributed(value, layout):
+    """``value`` laid out as Keras's distribution ``layout`` (unchanged when it is None)."""
+    if layout is None:
+        return value
+    return keras.distribution.distribute_tensor(value, layout)

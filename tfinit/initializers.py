@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, _init_net, registry
+from tfinit import _backend, _fans, _fill_base, _init_net, registry
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
 from tfinit.parameter_info import ParameterInfo
@@ -236,8 +236,8 @@ class Initializer(keras.initializers.Initializer):
         variable = tf.Variable(value, name=name, trainable=trainable)
         return ParameterInfo(variable, shape)
 
-    def __call__(self, shape, dtype=None):
-        return self._require_fill()(shape, dtype)
+    def __call__(self, shape, dtype=None, layout=None):
+        return self._require_fill()(shape, dtype, layout=layout)
 
     def get_config(self):
         kwargs = self.fill.get_config() if self.fill is not None else dict(self.operator_kwargs)
@@ -307,10 +307,11 @@ class _FP16PairInitializer(Initializer):
         value = self._fill_for_param()(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
 
-    def __call__(self, shape, dtype=None):
+    def __call__(self, shape, dtype=None, layout=None):
         """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's)."""
         dtype = self._check_dtype(dtype)
-        return keras.ops.cast(self._require_fill()(shape, "float32"), dtype)
+        return _fill_base.distributed(
+            keras.ops.cast(self._require_fill()(shape, "float32"), dtype), layout)
 
     def get_config(self):
         return {**super().get_config(), "compute_dtype": self.spec.compute_dtype}
