@@ -19,8 +19,11 @@ def median_ci95(values):
     return ordered[low], ordered[high]
 
 
-def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
+def compare(name, ours, baseline, repeats, warmup=1, others=None, self_timed=False, **extra):
     """Median wall time of ``ours()`` and ``baseline()`` run in turn, and their ratio.
+
+    ``self_timed``: each call returns the seconds to count itself (e.g. the steady-state
+    steps inside a ``fit`` call, without the epoch's setup); otherwise the call is timed.
 
     ``ratio`` is the median over rounds of ours/baseline within the round: each round runs
     every contender once, back to back, so a change of machine load between rounds (the
@@ -42,8 +45,8 @@ def compare(name, ours, baseline, repeats, warmup=1, others=None, **extra):
             order = order[::-1]
         for label, fn in order:
             start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
+            counted = fn()
+            times[label].append(counted if self_timed else time.perf_counter() - start)
     median = {label: statistics.median(t) for label, t in times.items()}
 
     def ratios(label):

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,9 +42,8 @@ def run(mode, rows=ROWS):
 
 
 SIZES = {  # width, global batch, steps per call of the custom loop and of fit, repeats of each
-    # fit's steps per call (one epoch) are many: an epoch's fixed cost (iterator, callbacks,
-    # about 0.6 s here) varies by +-15 % with the machine's load, and at 5 steps it was most of
-    # the call, so the fit row's ratio swung from 0.80 to 1.16 between runs (FINDINGS.md).
+    # fit's row counts the steps of an epoch after its first (timed by a callback), so the
+    # epoch's setup does not swamp them (FINDINGS.md).
     "smoke": (32, 16, 2, 2, 2, 2),
     "quick": (256, 64, 5, 40, 31, 15),
     "full": (1024, 256, 10, 80, 31, 15),
@@ -110,11 +110,30 @@ def _measure(mode, keys=ROWS):
 
         return call
 
+    class StepClock(keras.callbacks.Callback):
+        """The seconds from the end of the epoch's first step to the end of its last."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            now = time.perf_counter()
+            if batch == 0:
+                self.start = now
+            self.end = now
+
+        def seconds(self):
+            return self.end - self.start
+
     def fit(m, opt):
         with strategy.scope():
             m.compile(opt, "mse")
         xf, yf = x[:batch * fit_steps], y[:batch * fit_steps]
-        return lambda: m.fit(xf, yf, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        clock = StepClock()
+
+        def call():
+            m.fit(xf, yf, batch_size=batch, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[clock])
+            return clock.seconds()
+
+        return call
 
     extra = {"shape": f"4 Dense, width {width}, global batch {batch}",
              "replicas": strategy.num_replicas_in_sync}
@@ -128,10 +147,13 @@ def _measure(mode, keys=ROWS):
         label, ours_setup, make = contenders[key]
         ours, baseline = make(*ours_setup()), make(*keras_setup())
         repeats = fit_repeats if make is fit else loop_repeats
+        # fit: the steps after the first, timed inside the epoch by a callback; the epoch's
+        # setup (data adapter, distributed iterator: about 0.9 s here) is the same code on
+        # both sides and its noise swamped the steps (FINDINGS.md).
         rows.append(compare(f"MirroredStrategy x2 {label} + MasterWeightOptimizer(Adam) vs "
                             "mixed_float16 + LossScaleOptimizer(Adam)",
-                            ours, baseline, repeats,
-                            steps_per_call=fit_steps if make is fit else steps, **extra))
+                            ours, baseline, repeats, self_timed=make is fit,
+                            steps_per_call=fit_steps - 1 if make is fit else steps, **extra))
     return rows
 
 

@@ -255,3 +255,10 @@ def test_given_tensor_fill_loads_with_one_copy():
     (row,) = fills.load_memory("smoke", methods=["GivenTensorFill"], mebi_floats=8)
     assert not row["bound_only"], row
     assert 0.95 <= row["copies"] < 1.5, row
+
+
+def test_self_timed_contenders_report_the_seconds_they_return():
+    from benchmarks._timing import compare
+
+    row = compare("x", lambda: 0.002, lambda: 0.004, repeats=5, self_timed=True)
+    assert row["ours_ms"] == 2.0 and row["baseline_ms"] == 4.0 and row["ratio"] == 0.5
