@@ -551,6 +551,10 @@ def fill(op_type, *inputs, seed=None, max_bytes=None, **args):
     [-0.9915, -0.7889, -0.4283]
     >>> fill("FloatToHalf", np.array([65519.0, 65520.0], np.float32)).tolist()
     [65504.0, inf]
+    >>> fill("XavierFill", shape=[1000000, 1000000])  # refused before allocating
+    Traceback (most recent call last):
+    ...
+    ValueError: XavierFill: its float32 output of shape [1000000, 1000000] needs 4000000000000...
     """
     if not isinstance(op_type, str):
         raise TypeError("fill: Argument `op_type` must be a Caffe2 operator name. "
