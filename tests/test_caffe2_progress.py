@@ -33,8 +33,8 @@ def _final(text, total, unit):
     """The Progbar's last line for ``total`` units of ``unit``, e.g. '8/8 ━━━ 0s 1ms/op'."""
     lines = [line for line in _plain(text).splitlines()
              if re.match(rf"\s*{total}/{total} ━+ \d+s .*/{unit}\b", line)]
-    assert lines, f"no finished {total}/{total} {unit} bar in {text!r}"
-    return lines[-1]
+    assert len(lines) == 1, f"not one finished {total}/{total} {unit} bar in {text!r}"
+    return lines[0]
 
 
 def test_the_library_prints_nothing_by_default(cnn_files, capsys):

@@ -614,7 +614,8 @@ def read_with_progress(source, verbose):
             shown["bar"] = Progress(verbose, f"Reading {where}: {size_text(total)}",
                                     -(-total // scale), unit)
             shown["scale"] = scale
-        shown["bar"].update(-(-done // shown["scale"]))
+        scale = shown["scale"]  # the bar finishes when the read does, not before
+        shown["bar"].update(done // scale if done < total else -(-total // scale))
 
     return read_netdef(source, progress=report)
 

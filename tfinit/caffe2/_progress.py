@@ -25,14 +25,17 @@ class Progress:
     def __init__(self, verbose, title, total, unit):
         self._bar = None
         self._total = total
+        self._done = None
         if verbose and total > 0:
             print(title, flush=True)
             self._bar = keras.utils.Progbar(total, verbose=verbose, unit_name=unit)
 
     def update(self, done):
         """``done`` of the ``total`` units are done (the bar finishes at ``total``)."""
-        if self._bar is not None:
-            self._bar.update(min(done, self._total))
+        done = min(done, self._total)
+        if self._bar is not None and done != self._done and self._done != self._total:
+            self._done = done  # each count shown once; nothing after the bar is finished
+            self._bar.update(done)
 
     def callback(self):
         """``update`` as a ``(done, total)`` callable for code below Keras, or None."""
