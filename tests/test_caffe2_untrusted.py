@@ -79,7 +79,7 @@ def test_max_bytes_is_the_limit_exactly():
 
 
 def test_the_default_limit_is_the_memory_available():
-    over = Limit().bytes // 8 + 1  # int64 elements: just over what is available
+    over = Limit().bytes // 4  # int64 elements: twice what is available
     message = _refused(lambda: fill("ConstantFill", shape=[over], dtype="INT64"))
     assert f"needs {over * 8} bytes" in message and "of memory available" in message
 
