@@ -9,7 +9,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import pytest  # noqa: E402
 
 import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import load_init_net, load_into_keras, to_keras  # noqa: E402
+from tfinit.caffe2 import load_init_net, load_into_keras, read_netdef, to_keras  # noqa: E402
 from tfinit.cli import main  # noqa: E402
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -55,6 +55,17 @@ def test_verbose_1_shows_a_progbar_while_an_init_net_is_read_and_replayed(cnn_fi
     _final(out, size, "B")
     assert "Replaying the 8 ops of init net 'init'" in out
     _final(out, 8, "op")
+
+
+def test_read_netdef_reports_the_bytes_op_by_op(cnn_files):
+    init_path, _ = cnn_files
+    seen = []
+    read_netdef(init_path, progress=lambda done, total: seen.append((done, total)))
+    size = init_path.stat().st_size
+    assert {total for _, total in seen} == {size}
+    done = [d for d, _ in seen]
+    assert done[0] == 0 and done[-1] == size and done == sorted(done)
+    assert len(set(done)) == 1 + 8 + 1  # the start, where each of the 8 ops begins, the end
 
 
 def test_verbose_2_prints_one_line_when_done(cnn_files, capsys):

@@ -313,7 +313,7 @@ def _stripped_arg(data, start, end):
 
 def _take_floats(data, report):
     """``(data with large float arguments cut out, {(op index, arg index): values})``;
-    ``report(bytes walked, total)`` after each op."""
+    ``report(bytes walked, total)`` as each op is reached."""
     try:
         pieces, floats, kept = [], {}, 0
         op_index = -1
