@@ -40,6 +40,25 @@ def test_available_memory_is_measured():
     assert available <= total
 
 
+@pytest.mark.parametrize("limit, usage, cache, expected", [
+    ("1000", "600", 100, 500),  # limit - (usage - reclaimable page cache)
+    ("1000", "1200", 0, 0),
+    ("max", "600", 0, None),  # cgroup v2: no limit
+    (str(2**63 - 4096), "600", 0, None),  # cgroup v1: no limit
+])
+def test_a_cgroup_memory_limit_lowers_what_is_available(tmp_path, monkeypatch, limit, usage,
+                                                        cache, expected):
+    from tfinit.caffe2 import _memory
+
+    files = [tmp_path / name for name in ("memory.max", "memory.current", "memory.stat")]
+    for path, text in zip(files, (limit, usage, f"anon 5\ninactive_file {cache}\n")):
+        path.write_text(text + "\n")
+    monkeypatch.setattr(_memory, "_CGROUPS", ((*map(str, files), "inactive_file"),))
+    assert _memory._cgroup() == expected
+    if expected is not None:  # far below MemAvailable: the cgroup's figure is the one used
+        assert _memory.available_bytes() == expected
+
+
 @pytest.mark.parametrize("op_type, args, dtype", [
     ("XavierFill", {}, "float32"),
     ("ConstantFill", {"value": 1.0}, "float32"),
