@@ -371,3 +371,34 @@ def caffe_style_forward(x, p):
     blobs["fc"] = fc(blobs["pool2"], p["fc_w"].reshape(5, -1), p["fc_b"])
     blobs["prob"] = softmax(blobs["fc"])
     return blobs
+
+
+# ---------------------------------------------------------------- untrusted files
+
+HUGE = [1000000, 1000000]  # 10**12 elements: 4 TB of float32
+
+
+def huge_fill_init_net(op_type="XavierFill", **args):
+    """An init net whose op #1 asks for a ``HUGE`` blob (op #0: a small GivenTensorFill)."""
+    return NetDef(name="huge", ops=[
+        Operator("GivenTensorFill", (), ("b",), {"shape": [2], "values": [0.5, -0.5]}),
+        Operator(op_type, (), ("w",), {"shape": HUGE, **args}),
+    ])
+
+
+def exploding_predict_net(kind):
+    """A predict net on a 3x8x8 input (no parameters) whose blobs explode at op #1:
+    ``"conv"`` (pads of 10**6 around the input), ``"pool"`` (a MaxPool with such pads),
+    ``"broadcast"`` (a Mul of a (1, 10**6) and a (10**6, 1) data input: 10**12 values)."""
+    if kind == "broadcast":
+        ops = [Operator("Relu", ("a",), ("a_relu",)),
+               Operator("Mul", ("a_relu", "c"), ("y",))]
+        return NetDef(name="broadcast", ops=ops, external_input=["a", "c"],
+                      external_output=["y"]), {}
+    params = {"w": np.ones((2, 3, 1, 1), np.float32)}
+    big = {"kernel": 1, "pad": 10**6, "order": "NCHW"}
+    exploding = (Operator("Conv", ("x", "w"), ("y",), big) if kind == "conv" else
+                 Operator("MaxPool", ("x",), ("y",), {**big, "stride": 10**6}))
+    ops = [Operator("Relu", ("data",), ("x",)), exploding]
+    return NetDef(name=kind, ops=ops, external_input=["data", "w"],
+                  external_output=["y"]), params if kind == "conv" else {}

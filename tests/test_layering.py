@@ -12,7 +12,7 @@ from conftest import REPO
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_caffe2_rng", "_caffe2_types", "_args", "registry",
-     "_precision", "_keras_internals", "caffe2._netdef"],
+     "_precision", "_keras_internals", "caffe2._netdef", "caffe2._memory", "caffe2._progress"],
     # exact casts; the records and sources of values
     ["_exact", "parameter_info", "sources"],
     # where create_param tracks its variables

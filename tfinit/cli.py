@@ -92,10 +92,37 @@ def _demo(args):
     return 0
 
 
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def _byte_count(text):
+    """``--max-bytes``: an int of bytes, or with a unit: 64G / 64GB (10**9), 64GiB (2**30)."""
+    number = text.rstrip("BbIiKkMmGgTt")
+    unit = text[len(number):].lower().removesuffix("b")
+    try:
+        value = int(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(
+            f"expected a number of bytes such as 68719476736, 64G or 64GiB, got {text!r}"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
+    return value
+
+
+def _progress(args):
+    """Progress bars on stderr: --progress, --quiet, else when stderr is a terminal."""
+    if args.progress is None:
+        return sys.stderr.isatty()
+    return args.progress
+
+
 def _inspect(args):
     from tfinit.caffe2 import _cli
 
-    return _cli.inspect(args.file, seed=args.seed, init_net=args.init_net, error=UsageError)
+    return _cli.inspect(args.file, seed=args.seed, init_net=args.init_net, error=UsageError,
+                        progress=_progress(args), max_bytes=args.max_bytes)
 
 
 def _convert(args):
@@ -104,6 +131,21 @@ def _convert(args):
     return _cli.convert(
         args.init_net, args.predict_net, args.output, args.input_shape, error=UsageError,
         input_format=args.input_format, check=args.check, rtol=args.rtol,
+        progress=_progress(args), max_bytes=args.max_bytes,
+    )
+
+
+def _add_long_work_options(parser):
+    """--progress / --quiet and --max-bytes, for the commands that read model files."""
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--progress", action="store_true", default=None,
+                       help="progress bars on stderr (default: when stderr is a terminal)")
+    shown.add_argument("--quiet", dest="progress", action="store_false",
+                       help="no progress bars (for scripts)")
+    parser.add_argument(
+        "--max-bytes", type=_byte_count, default=None, metavar="BYTES",
+        help="memory a file may make tfinit allocate, e.g. 64G (default: the memory "
+        "available); larger fills or blobs are refused before anything is allocated",
     )
 
 
@@ -152,6 +194,7 @@ def build_parser():
         default=None,
         help="with a predict net: its init_net, to show parameter shapes",
     )
+    _add_long_work_options(inspect_)
     inspect_.set_defaults(run=_inspect)
 
     convert = commands.add_parser("convert", help="Caffe2 init_net + predict_net -> .keras")
@@ -180,6 +223,7 @@ def build_parser():
     convert.add_argument(
         "--rtol", type=_positive(float), default=1e-4, help="relative tolerance (default 1e-4)"
     )
+    _add_long_work_options(convert)
     convert.set_defaults(run=_convert)
 
     ops = commands.add_parser(

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tfinit.caffe2._fill import load_init_net
+from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
 from tfinit.caffe2._ops import TO_NCHW, TO_NHWC
 from tfinit.caffe2._to_keras import build, data_inputs, model_of, net_layout
@@ -138,7 +139,8 @@ def reference_input_shape(predict_net, forward, input_format=None, params=None):
     return {blob: array.shape[1:] for blob, array in feeds.items()}
 
 
-def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, atol=None):
+def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, atol=None, *,
+                  max_bytes=None):
     """Run the converted net on a reference file's inputs; compare every stored blob.
 
     Args:
@@ -148,6 +150,7 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
         forward: path of the ``.npz`` (or a mapping with its keys).
         input_format: as in :func:`to_keras` (inputs and blobs are moved to it).
         rtol, atol: the tolerance; ``atol=None`` is ``max(1e-5, 1e-4 * max|y|)`` per blob.
+        max_bytes: as in :func:`to_keras`: the most bytes one example of a blob may take.
 
     Returns:
         A :class:`CheckReport`; ``report.ok`` is False past the tolerance and
@@ -167,10 +170,11 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
     if init_net is None:
         params = _reference_params(reference)
     else:
-        params = init_net if isinstance(init_net, Mapping) else load_init_net(init_net)
+        params = init_net if isinstance(init_net, Mapping) else load_init_net(
+            init_net, max_bytes=max_bytes)
     feeds, layout, target = _feeds(net, reference, where, input_format, params)
     b = build(net, params, {blob: array.shape[1:] for blob, array in feeds.items()},
-              input_format)
+              input_format, limit=Limit(max_bytes, "check_forward"))
     stored = [key[5:] for key in reference if key.startswith("blob/")]
     compared = sorted((blob for blob in stored if blob in b.blobs), key=lambda x: b.writer[x])
     skipped = {blob: b.opaque.get(blob, "the converted net does not write it")

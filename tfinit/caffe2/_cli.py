@@ -1,9 +1,16 @@
-"""The ``tfinit inspect`` and ``tfinit convert`` commands (Caffe2 nets)."""
+"""The ``tfinit inspect`` and ``tfinit convert`` commands (Caffe2 nets).
+
+With ``progress=True`` the library's ``verbose=1`` progress bars (``keras.utils.Progbar``)
+go to stderr, so that stdout keeps only the report.
+"""
+
+import contextlib
+import sys
 
 import numpy as np
 
-from tfinit.caffe2._fill import RANDOM_OPS, load_init_net, supported_ops
-from tfinit.caffe2._netdef import NetDef, RawField, read_netdef
+from tfinit.caffe2._fill import RANDOM_OPS, load_init_net, read_with_progress, supported_ops
+from tfinit.caffe2._netdef import NetDef, RawField
 
 _USER_ERRORS = (ValueError, TypeError, KeyError, OSError)
 
@@ -36,14 +43,24 @@ def _stats(array):
     return line
 
 
-def inspect(path, seed=None, init_net=None, error=ValueError):
+def _to_stderr(progress):
+    """Where the progress bars go: stderr (Keras's Progbar writes to sys.stdout)."""
+    return contextlib.redirect_stdout(sys.stderr) if progress else contextlib.nullcontext()
+
+
+def inspect(path, seed=None, init_net=None, error=ValueError, progress=False, max_bytes=None):
     """Print every op (type, blobs, args) and, for an init net, every blob's statistics.
 
     With ``init_net`` (for a predict net), parameter inputs are shown with their shapes.
+    ``progress``: progress bars on stderr while a net is read and an init net replayed;
+    ``max_bytes``: the replay's memory limit (``load_init_net``).
     """
+    verbose = int(progress)
     try:
-        net = read_netdef(path)
-        params = {} if init_net is None else load_init_net(init_net, seed=seed)
+        with _to_stderr(progress):
+            net = read_with_progress(path, verbose)
+            params = {} if init_net is None else load_init_net(
+                init_net, seed=seed, max_bytes=max_bytes, verbose=verbose)
     except _USER_ERRORS as err:
         raise error(str(err)) from None
     print(f"net {net.name!r}: {len(net.ops)} ops")
@@ -62,7 +79,8 @@ def inspect(path, seed=None, init_net=None, error=ValueError):
         print("blobs: not an init net of fill ops; shapes come from running the net")
         return 0
     try:
-        blobs = load_init_net(net, seed=seed)
+        with _to_stderr(progress):
+            blobs = load_init_net(net, seed=seed, max_bytes=max_bytes, verbose=verbose)
     except _USER_ERRORS as err:
         raise error(str(err)) from None
     random = {out for op in net.ops if op.type in RANDOM_OPS for out in op.outputs}
@@ -111,11 +129,13 @@ def parse_input_shape(values):
 
 
 def convert(init_net, predict_net, output, input_shape, error=ValueError, input_format=None,
-            check=None, rtol=1e-4):
+            check=None, rtol=1e-4, progress=False, max_bytes=None):
     """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras).
 
     ``check``: a forward ``.npz`` (``input/``, ``blob/`` keys): the model is also checked
     blob by blob (:func:`check_forward`); returns 1 when a blob diverges, else 0.
+    ``progress``: progress bars on stderr (reading, replaying, converting, assigning);
+    ``max_bytes``: the memory limit of ``load_init_net`` and ``to_keras``.
     """
     if not str(output).endswith(".keras"):
         raise error(f"the output file must end in .keras, got {output!r}")
@@ -130,13 +150,17 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError, input_
         if shape is None and check is None:
             raise ValueError("--input-shape is required (or --check FILE.npz, whose "
                              "inputs give the shapes)")
-        params = load_init_net(init_net)  # read once: the blobs it fills are parameters
+        with _to_stderr(progress):  # read once: the blobs it fills are parameters
+            params = load_init_net(init_net, max_bytes=max_bytes, verbose=int(progress))
         if shape is None:
             shape = reference_input_shape(predict_net, check, input_format, params=params)
-        model = to_keras(predict_net, params, shape, input_format=input_format)
+        with _to_stderr(progress):
+            model = to_keras(predict_net, params, shape, input_format=input_format,
+                             max_bytes=max_bytes, verbose=int(progress))
         model.save(output)
         report = None if check is None else check_forward(
-            predict_net, params, check, input_format=input_format, rtol=rtol)
+            predict_net, params, check, input_format=input_format, rtol=rtol,
+            max_bytes=max_bytes)
     except _USER_ERRORS as err:
         raise error(str(err).splitlines()[0]) from None
     print(f"wrote {output}: {len(model.layers)} layers, {model.count_params()} parameters, "

@@ -10,6 +10,7 @@ Caffe2 layout; this module only translates arguments and checks them as Caffe2 d
 """
 
 import math
+import os
 
 import keras
 import numpy as np
@@ -17,7 +18,9 @@ import numpy as np
 from tfinit import registry, sources
 from tfinit._caffe2_types import DATA_TYPES, NUMPY_DTYPES, DataType, data_type  # noqa: F401 (re-exported)
 from tfinit._exact import check_exact_cast
-from tfinit.caffe2._netdef import make_arg, read_netdef
+from tfinit.caffe2._memory import Limit, blob_bytes, size_text
+from tfinit.caffe2._netdef import NetDef, make_arg, read_netdef
+from tfinit.caffe2._progress import Progress, check_verbose
 
 
 #: ConstantFill's switch, in Caffe2's order
@@ -33,12 +36,13 @@ _FILLER_ARGS = ("shape", "extra_shape", "input_as_shape", "dtype")
 class _Op:
     """One operator call: its arguments (typed as decoded from a NetDef) and inputs."""
 
-    def __init__(self, op_type, inputs, args, seed, caffe2_rng):
+    def __init__(self, op_type, inputs, args, seed, caffe2_rng, limit):
         self.type = op_type
         self.inputs = inputs
         self.args = args
         self.seed = seed
         self.caffe2_rng = caffe2_rng
+        self.limit = limit  # a _memory.Limit: the bytes the fills may still allocate
 
     # -- errors
     def error(self, arg, text, kind=ValueError):
@@ -89,7 +93,23 @@ class _Op:
         return data_type(self.args["dtype"], self.type)
 
     # -- FillerOp's shape rules
-    def shape(self, max_inputs=1):
+    def claim(self, shape, dtype):
+        """Refuse an output of ``shape`` and ``dtype`` over the memory limit, before it is
+        allocated (a model file is untrusted input); else count it as held."""
+        dtype = np.dtype(dtype)
+        self.limit.claim(blob_bytes(shape, dtype.itemsize),
+                         f"{self.type}: its {dtype} output of shape {list(shape)}",
+                         f"shape={list(shape)}")
+
+    def shape(self, max_inputs=1, dtype="float32"):
+        """The output shape by FillerOp's rules, claimed for ``dtype`` (None: the values
+        come from the file, no claim)."""
+        shape = self._shape(max_inputs)
+        if dtype is not None:
+            self.claim(shape, dtype)
+        return shape
+
+    def _shape(self, max_inputs):
         shape = self.ints_arg("shape")
         extra = self.ints_arg("extra_shape")
         as_shape = bool(self.int_arg("input_as_shape", 0))
@@ -207,7 +227,7 @@ def _typed_value(op, dtype):
 def _constant_fill(op):
     dtype = _value_dtype(op, _CONSTANT_DTYPES)
     value = _typed_value(op, dtype)
-    shape = op.shape()
+    shape = op.shape(dtype=object if dtype == DataType.STRING else NUMPY_DTYPES[dtype])
     if dtype == DataType.STRING:
         out = np.empty(shape, dtype=object)
         out.fill(value)
@@ -221,7 +241,7 @@ def _diagonal_fill(op):
     value = _typed_value(op, dtype)
     name = NUMPY_DTYPES[dtype]
     kwargs = {"value": value, "dtype": name, "layout": "caffe2"}
-    return op.run_fill("DiagonalFill", kwargs, op.shape(), name)
+    return op.run_fill("DiagonalFill", kwargs, op.shape(dtype=name), name)
 
 
 def _range_fill(op):
@@ -230,7 +250,8 @@ def _range_fill(op):
 
 def _float16_constant_fill(op):
     value = op.float_arg("value", 0.0)
-    return op.run_fill("ConstantFill", {"value": value}, op.shape(max_inputs=0), "float16")
+    shape = op.shape(max_inputs=0, dtype="float16")
+    return op.run_fill("ConstantFill", {"value": value}, shape, "float16")
 
 
 # ---------------------------------------------------------------- random fills
@@ -260,7 +281,7 @@ def _uniform(op, name, kind, dtype, default_min, default_max, arg_reader):
                        "inputs.")
     if len(op.inputs) == 3:
         low, high = _bounds_from_inputs(op, kind)
-        shape = op.shape(max_inputs=3)
+        shape = op.shape(max_inputs=3, dtype=dtype)
         if low > high:  # Caffe2 returns an empty tensor: first dimension 0
             return np.zeros((0,) + tuple(shape[1:]), dtype=dtype)
         if low == high:
@@ -269,7 +290,7 @@ def _uniform(op, name, kind, dtype, default_min, default_max, arg_reader):
             low, high = float(np.float32(low)), float(np.float32(high))
     else:
         low, high = arg_reader("min", default_min), arg_reader("max", default_max)
-        shape = op.shape()
+        shape = op.shape(dtype=dtype)
     bounds = {"min": low, "max": high}
     return op.run_fill(name, bounds, shape, dtype, random=True)
 
@@ -284,7 +305,7 @@ def _uniform_int_fill(op):
 
 def _float16_uniform_fill(op):
     low, high = op.float_arg("min", 0.0), op.float_arg("max", 1.0)
-    shape = op.shape(max_inputs=0)
+    shape = op.shape(max_inputs=0)  # drawn in float32, then cast
     values = op.run_fill("UniformFill", {"min": low, "max": high}, shape, "float32", random=True)
     return values.astype(np.float16)
 
@@ -314,7 +335,7 @@ def _unique_uniform_fill(op):
         if avoid.size and avoid.dtype.kind not in "iu":
             raise op.error(None, "input 1 (avoid) must hold integers. Received: avoid of "
                            f"dtype {avoid.dtype}.")
-    shape = op.shape(max_inputs=2)
+    shape = op.shape(max_inputs=2, dtype=name)
     count = math.prod(shape)
     if low < high and count > high - low + 1 - avoid.size:  # Caffe2 counts every avoided value
         raise op.error(None, f"cannot draw {count} distinct values from [{low}, {high}] "
@@ -374,7 +395,7 @@ def _given_tensor_fill(op):
     values = _given_values(op, dtype)
     if dtype == DataType.UINT8:  # one byte string -> its bytes as uint8
         values = np.frombuffer(values[0], dtype=np.uint8) if values else np.zeros(0, np.uint8)
-    shape = op.shape()
+    shape = op.shape(dtype=None)  # bounded by the values the file holds: checked below
     count = len(values)
     if math.prod(shape) != count:
         field = _FIELD_OF.get(dtype, "ints")
@@ -408,13 +429,14 @@ def _given_tensor_fill(op):
 _HALF_MAX = 65504.0
 
 
-def _one_input(op, dtype):
+def _one_input(op, dtype, out_dtype):
     if len(op.inputs) != 1:
         raise op.error(None, f"takes exactly 1 input. Received: {len(op.inputs)} inputs.")
     x = op.inputs[0]
     if x.dtype != np.dtype(dtype):
         raise op.error(None, f"input must be {dtype} (Caffe2: 'Tensor type mismatch'). "
                        f"Received: an input of dtype {x.dtype}.", TypeError)
+    op.claim(x.shape, out_dtype)
     return x
 
 
@@ -424,7 +446,7 @@ def _float_to_half(op):
     With clip, NaN becomes -65504: measured on Caffe2 (PyTorch 1.8.1 CPU) for +NaN and
     -NaN alike, as ``max(-65504, min(x, 65504))`` gives when comparisons with NaN fail.
     """
-    x = _one_input(op, "float32")
+    x = _one_input(op, "float32", "float16")
     if op.int_arg("clip", 0):
         x = np.where(np.isnan(x), np.float32(-_HALF_MAX), np.clip(x, -_HALF_MAX, _HALF_MAX))
     with np.errstate(over="ignore"):
@@ -432,7 +454,7 @@ def _float_to_half(op):
 
 
 def _half_to_float(op):
-    return _one_input(op, "float16").astype(np.float32)
+    return _one_input(op, "float16", "float32").astype(np.float32)
 
 
 # ---------------------------------------------------------------- the op table
@@ -478,7 +500,7 @@ def _accepted(op_type):
     return own if op_type in _NOT_FILLERS else own + _FILLER_ARGS
 
 
-def _run(op_type, inputs, args, seed=None, caffe2_rng=False):
+def _run(op_type, inputs, args, seed, caffe2_rng, limit):
     if op_type not in _OPS:
         raise ValueError(f"Unknown or unsupported Caffe2 operator {op_type!r}; tfinit "
                          f"replays: {', '.join(supported_ops())}.")
@@ -487,10 +509,10 @@ def _run(op_type, inputs, args, seed=None, caffe2_rng=False):
         if keras.ops.is_tensor(value):
             value = keras.ops.convert_to_numpy(value)
         arrays.append(np.asarray(value))
-    return _OPS[op_type][0](_Op(op_type, arrays, args, seed, caffe2_rng))
+    return _OPS[op_type][0](_Op(op_type, arrays, args, seed, caffe2_rng, limit))
 
 
-def fill(op_type, *inputs, seed=None, **args):
+def fill(op_type, *inputs, seed=None, max_bytes=None, **args):
     """Run one Caffe2 fill operator with Caffe2's argument conventions; a numpy array.
 
     ``inputs`` are arrays for the ops that take them (shape sources, FloatToHalf /
@@ -498,12 +520,16 @@ def fill(op_type, *inputs, seed=None, **args):
     blobs). ``seed`` is the op's ``DeviceOption.random_seed``: random ops then use
     Caffe2's own CPU stream (``rng="caffe2"``); ``None`` draws fresh values.
     ``dtype`` is a ``TensorProto.DataType`` int or name. Unknown argument names raise
-    ``TypeError`` (Caffe2 would silently ignore them).
+    ``TypeError`` (Caffe2 would silently ignore them). An output larger than the memory
+    available is refused before it is allocated.
 
     Args:
         op_type: the Caffe2 operator type (``replayed_ops()`` lists them).
         *inputs: the operator's input arrays, for the operators that take them.
         seed: Caffe2's ``random_seed``, an int in ``[0, 2**32)``, or ``None``.
+        max_bytes: the most bytes the output may take; ``None``: the memory available
+            (``MemAvailable`` on Linux, within a cgroup's limit). Pass a larger int to
+            allow more.
         **args: the operator's Caffe2 arguments (``shape``, ``values``, ``min``, ...).
 
     Returns:
@@ -512,7 +538,8 @@ def fill(op_type, *inputs, seed=None, **args):
     Raises:
         TypeError: an unknown argument name, a value in the wrong Caffe2 field (an int
             where Caffe2 reads a float), or a bad ``seed``.
-        ValueError: an unknown operator, or arguments Caffe2 refuses (its message quoted).
+        ValueError: an unknown operator, arguments Caffe2 refuses (its message quoted), or
+            an output over ``max_bytes`` (the message gives the bytes it needs).
 
     Example:
 
@@ -524,12 +551,17 @@ def fill(op_type, *inputs, seed=None, **args):
     [-0.9915, -0.7889, -0.4283]
     >>> fill("FloatToHalf", np.array([65519.0, 65520.0], np.float32)).tolist()
     [65504.0, inf]
+    >>> fill("XavierFill", shape=[1000000, 1000000])  # refused before allocating
+    Traceback (most recent call last):
+    ...
+    ValueError: XavierFill: its float32 output of shape [1000000, 1000000] needs 4000000000000...
     """
     if not isinstance(op_type, str):
         raise TypeError("fill: Argument `op_type` must be a Caffe2 operator name. "
                         f"Received: op_type={op_type!r}.")
+    limit = Limit(max_bytes, op_type)
     if op_type not in _OPS:
-        _run(op_type, (), {})
+        _run(op_type, (), {}, None, False, limit)
     accepted = _accepted(op_type)
     unknown = sorted(set(args) - set(accepted))
     if unknown:
@@ -548,7 +580,8 @@ def fill(op_type, *inputs, seed=None, **args):
             typed[name] = make_arg(name, value)
         except (TypeError, ValueError) as err:
             raise TypeError(f"{op_type}: {err}") from None
-    return _run(op_type, inputs, typed, None if seed is None else int(seed), seed is not None)
+    return _run(op_type, inputs, typed, None if seed is None else int(seed), seed is not None,
+                limit)
 
 
 # ---------------------------------------------------------------- init nets
@@ -565,7 +598,29 @@ def _caffe2_seed(net, op, seeds):
     return None
 
 
-def load_init_net(source, seed=None, seeds=None):
+def read_with_progress(source, verbose):
+    """``read_netdef(source)``, with a ``keras.utils.Progbar`` over the bytes of a file or
+    bytes at ``verbose=1`` (a NetDef is not read: no bar)."""
+    if verbose == 0 or isinstance(source, NetDef):
+        return read_netdef(source)
+    shown = {}
+
+    def report(done, total):
+        if "bar" not in shown:  # the size is known once the file is read
+            unit, scale = next((u, s) for u, s in (("MB", 10**6), ("kB", 10**3), ("B", 1))
+                               if total >= 10 * s or s == 1)
+            where = (os.fspath(source) if isinstance(source, (str, os.PathLike))
+                     else "the given bytes")
+            shown["bar"] = Progress(verbose, f"Reading {where}: {size_text(total)}",
+                                    -(-total // scale), unit)
+            shown["scale"] = scale
+        scale = shown["scale"]  # the bar finishes when the read does, not before
+        shown["bar"].update(done // scale if done < total else -(-total // scale))
+
+    return read_netdef(source, progress=report)
+
+
+def load_init_net(source, seed=None, seeds=None, *, max_bytes=None, verbose=0):
     """``{blob: numpy array}`` from replaying every op of a Caffe2 init net in order.
 
     ``source``: a path, bytes or NetDef. An op whose ``device_option.random_seed`` is
@@ -575,11 +630,22 @@ def load_init_net(source, seed=None, seeds=None):
     Keras-stream values (a distinct seed per op, derived from ``seed`` and the op's
     position). Arguments an op does not read are ignored, as in Caffe2.
 
+    A model file is untrusted input: an op whose output would take the init net's blobs
+    past ``max_bytes`` (by default the memory available when the replay starts) is
+    refused before it is allocated. Values a file holds (GivenTensor*Fill) are already
+    read, and not counted.
+
     Args:
         source: a ``.pb`` path, its bytes, or a ``tfinit.caffe2.NetDef``.
         seed: ``None`` (fresh values) or an int for reproducible Keras-stream values of the
             ops Caffe2 would not have seeded.
         seeds: ``{blob: int}``: Caffe2 seeds for the ops writing these blobs.
+        max_bytes: the most bytes the replayed blobs may take together; ``None``: the
+            memory available (``MemAvailable`` on Linux, within a cgroup's limit). Pass
+            a larger int to allow more.
+        verbose: ``0`` (silent), ``1`` (a ``keras.utils.Progbar`` while the file is read
+            and while its ops are replayed) or ``2`` (one line each when done), as in
+            Keras's ``fit``.
 
     Returns:
         A dict of blob name -> numpy array, in the order the ops write them.
@@ -587,8 +653,9 @@ def load_init_net(source, seed=None, seeds=None):
     Raises:
         TypeError: a bad ``seed``/``seeds`` value, or an op argument in the wrong field.
         KeyError: ``seeds`` names a blob no op writes.
-        ValueError: an op tfinit does not replay, an input no earlier op writes, or
-            arguments Caffe2 refuses; the message names the op and its position.
+        ValueError: an op tfinit does not replay, an input no earlier op writes,
+            arguments Caffe2 refuses, or an output over the memory limit (with the bytes
+            it needs); the message names the op and its position.
 
     Example:
 
@@ -603,7 +670,9 @@ def load_init_net(source, seed=None, seeds=None):
     >>> blobs["fc_w"].astype(float).round(4).tolist()  # Caffe2's stream for random_seed=1
     [[0.5153, -0.4414, -0.1939], [0.4694, -0.9414, 0.5997]]
     """
-    net = read_netdef(source)
+    verbose = check_verbose(verbose, "load_init_net")
+    limit = Limit(max_bytes, "load_init_net")
+    net = read_with_progress(source, verbose)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise TypeError("load_init_net: Argument `seed` must be an int or None. "
                         f"Received: seed={seed!r}.")
@@ -617,6 +686,8 @@ def load_init_net(source, seed=None, seeds=None):
             raise TypeError(f"load_init_net: Argument `seeds` must map blobs to ints. "
                             f"Received: seeds[{blob!r}]={value!r}.")
     blobs = {}
+    bar = Progress(verbose, f"Replaying the {len(net.ops)} ops of init net "
+                   f"{net.name or '(unnamed)'!r}", len(net.ops), "op")
     for index, op in enumerate(net.ops):
         where = f"init net op #{index} ({op.type or '<no type>'} -> {', '.join(op.outputs)})"
         if op.type not in _OPS:
@@ -635,10 +706,12 @@ def load_init_net(source, seed=None, seeds=None):
             caffe2_rng = False
         try:
             blobs[op.outputs[0]] = _run(
-                op.type, [blobs[name] for name in op.inputs], op.args, op_seed, caffe2_rng
+                op.type, [blobs[name] for name in op.inputs], op.args, op_seed, caffe2_rng,
+                limit,
             )
         except (ValueError, TypeError) as err:
             raise type(err)(f"{where}: {err}") from None
+        bar.update(index + 1)
     return blobs
 
 

@@ -28,6 +28,7 @@ from tfinit import _fans
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._layers import Caffe2Broadcast
 from tfinit.caffe2._lstm import Caffe2LSTM
+from tfinit.caffe2._progress import Progress, check_verbose
 
 _CONV = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv3D)
 _SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
@@ -236,7 +237,8 @@ def _exact(value, variable):
     return value
 
 
-def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=False):
+def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=False,
+                    verbose=0):
     """Assign Caffe2 parameters to the layers of a built Keras model, by layer name.
 
     ``params``: ``{blob: array}`` or an init_net (path, bytes, NetDef; replayed with
@@ -248,12 +250,15 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
     ``flattened_conv={layer name: (C, H, W)}`` (the Caffe2 tensor the FC reads; ``None``
     forces no reordering). Shape mismatches raise ``ValueError`` naming the layer and
     both shapes. Returns a :class:`LoadReport`; ``strict=True`` raises ``ValueError``
-    when a blob is unused or a Keras weight is left unassigned.
+    when a blob is unused or a Keras weight is left unassigned. ``verbose=1`` shows a
+    ``keras.utils.Progbar`` over the layers that take Caffe2 parameters (``2``: one line
+    when done; ``0``, the default: nothing), as Keras's ``fit`` does.
     """
+    verbose = check_verbose(verbose, "load_into_keras")
     if not isinstance(model, keras.Model):
         raise TypeError(f"load_into_keras: expected a keras.Model, got {type(model).__name__}.")
     if not isinstance(params, Mapping):
-        params = load_init_net(params)
+        params = load_init_net(params, verbose=verbose)
     name_map = dict(name_map or {})
     flattened_conv = dict(flattened_conv or {})
     layers = list(_walk_layers(model))
@@ -267,6 +272,10 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
             )
     has_conv = any(isinstance(layer, _CONV) for layer in layers)
     report = LoadReport()
+    weighted = sum(_slots(layer) is not None for layer in layers)
+    bar = Progress(verbose, f"Assigning Caffe2 parameters to the {weighted} layers of "
+                   f"model {model.name!r} that take them", weighted, "layer")
+    done = 0
     for layer in layers:
         slots = _slots(layer)
         if slots is None:
@@ -313,6 +322,8 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
                 )
             variable.assign(_exact(value, variable))
             report.assigned[blob] = f"{layer.name}.{attr}"
+        done += 1
+        bar.update(done)
     report.unused = [blob for blob in params if blob not in report.assigned]
     if strict and (report.unused or report.missing):
         raise ValueError(f"load_into_keras (strict): not everything was assigned.\n{report}")

@@ -171,12 +171,15 @@ class NetDef:
 # ---------------------------------------------------------------- decoding
 
 
-def read_netdef(source):
+def read_netdef(source, progress=None):
     """A :class:`NetDef` from a ``.pb`` path, ``.pbtxt`` path, bytes, or a NetDef.
 
     Empty or malformed input (0 bytes, truncated, corrupted, not a NetDef) raises
     ``ValueError`` naming the file. A NetDef
     built in Python comes back with its arguments typed as Caffe2 stores them.
+    ``progress``: None or a callable ``(bytes done, total bytes)``, called as a file or
+    bytes are read (op by op through a binary NetDef; ``load_init_net(verbose=1)`` shows it
+    as a ``keras.utils.Progbar``).
     """
     if isinstance(source, NetDef):
         return _decode_net(_encode_net(source))
@@ -197,19 +200,24 @@ def read_netdef(source):
     if not (data.strip() if text else data):
         raise ValueError(f"read_netdef: {where} is empty ({len(data)} bytes); expected a "
                          "serialized Caffe2 NetDef (init_net.pb / predict_net.pb).")
-    net = _PB["NetDef"]()
+    net, total = _PB["NetDef"](), len(data)
+    report = progress or (lambda done, total: None)
+    report(0, total)
     try:
         if text:
             text_format.Parse(data.decode("utf-8"), net)
-            return _decode_net(net)
-        data, floats = _take_floats(data)
-        net.ParseFromString(data)
-        del data
-        return _put_floats(_decode_net(net), net, floats)
+            result = _decode_net(net)
+        else:
+            data, floats = _take_floats(data, report)
+            net.ParseFromString(data)
+            del data
+            result = _put_floats(_decode_net(net), net, floats)
     except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, _BadText) as err:
         raise ValueError(f"read_netdef: {where} is not a valid Caffe2 NetDef ({err}).") from None
     except RecursionError:
         raise ValueError(f"read_netdef: {where} nests NetDefs too deeply.") from None
+    report(total, total)
+    return result
 
 
 class _BadText(Exception):
@@ -303,8 +311,9 @@ def _stripped_arg(data, start, end):
     return None
 
 
-def _take_floats(data):
-    """``(data with large float arguments cut out, {(op index, arg index): values})``."""
+def _take_floats(data, report):
+    """``(data with large float arguments cut out, {(op index, arg index): values})``;
+    ``report(bytes walked, total)`` as each op is reached."""
     try:
         pieces, floats, kept = [], {}, 0
         op_index = -1
@@ -312,6 +321,7 @@ def _take_floats(data):
             if number != 2 or wire != 2:
                 continue
             op_index += 1
+            report(payload, len(data))
             op_pieces, op_kept, arg_index, changed = [], payload, -1, False
             for n, w, f, p, e in _fields(data, payload, stop):
                 if n != 5 or w != 2:

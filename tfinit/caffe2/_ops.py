@@ -13,6 +13,7 @@ import re
 import keras
 import numpy as np
 
+from tfinit.caffe2._memory import Limit, blob_bytes
 from tfinit.caffe2._layers import (
     Caffe2Broadcast,
     Caffe2ChannelShuffle,
@@ -47,9 +48,10 @@ def op_order(op):
 class Builder:
     """The state of one conversion: Caffe2 blob -> Keras tensor, layer names, routes."""
 
-    def __init__(self, params, layout):
+    def __init__(self, params, layout, limit=None):
         self.params = dict(params)  # NHWC conv weights are replaced by their OIHW form
         self.layout = layout
+        self.limit = limit or Limit()  # the bytes one example of a blob may take
         self.blobs = {}  # Caffe2 blob -> Keras tensor (4-D kept NHWC)
         self.writer = {}  # blob -> index of the op that last wrote it
         self.inputs = []  # (data input blob, keras.Input)
@@ -128,8 +130,33 @@ class Builder:
             dims = [dims[0], dims[3], dims[1], dims[2]]
         return dims
 
+    def check_size(self, op, what, dims, dtype="float32"):
+        """Refuse a blob one example of which (``dims``: Keras layout, batch axis first)
+        needs more than the memory limit, before Keras runs anything on it (a predict net
+        is untrusted input: pads or broadcasts can ask for any size)."""
+        shape = ["N", *(str(d) for d in dims[1:])]
+        if len(dims) == 4 and self.layout == NCHW:
+            shape = [shape[0], shape[3], shape[1], shape[2]]
+        nbytes = blob_bytes(dims[1:], np.dtype(dtype).itemsize)
+        self.limit.check(nbytes, f"one example of {what} (shape ({', '.join(shape)}), "
+                         f"{dtype})", args_text(op))
+
 
 # ---------------------------------------------------------------- argument helpers
+
+
+def args_text(op):
+    """The op's scalar and short list arguments, ``name=value`` each (for messages)."""
+    shown = []
+    for name, value in op.args.items():
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        elif isinstance(value, np.ndarray) and value.size <= 8:
+            value = value.tolist()
+        elif not isinstance(value, (int, float)):
+            continue
+        shown.append(f"{name}={value!r}")
+    return f"{op.type} with {', '.join(shown) or 'no arguments'}"
 
 
 def _ints(value):
@@ -194,6 +221,12 @@ def ceil_mode_pads(size, kernel, stride, head):
         raise Unsupported(f"legacy_pad=3 with a last window outside the input (size {size}, "
                           f"kernel {kernel}, stride {stride}, pad {head})")
     return out, head + stride * (out - (span // stride + 1))
+
+
+def _padded(shape, pads):
+    """The NHWC ``shape`` with Caffe2's (top, left, bottom, right) ``pads`` added."""
+    n, h, w, c = shape
+    return (n, h + pads[0] + pads[2], w + pads[1] + pads[3], c)
 
 
 def _same_pads(size, kernel, stride):
@@ -279,6 +312,7 @@ def _conv(b, op, x):
     kernel, stride, dilation, pads = _window(op, kernel=tuple(w.shape[2:]))
     name = b.layer_name(op, w_blob)
     if any(pads):
+        b.check_size(op, f"its input '{op.inputs[0]}' padded", _padded(x.shape, pads))
         x = keras.layers.ZeroPadding2D(((pads[0], pads[2]), (pads[1], pads[3])),
                                        name=b.name(name + "_pad"))(x)
     layer = keras.layers.Conv2D(
@@ -330,6 +364,7 @@ def _pool(b, op, x):
         # TF SAME ignores padded cells, as Caffe2 does (max; average without count_include_pad)
         return cls(kernel, strides=stride, padding="same", name=name)(x)
     mode = "max" if maximum else "average"
+    b.check_size(op, f"its input '{op.inputs[0]}' padded", _padded(x.shape, pads))
     return Caffe2Pooling2D(mode, kernel, stride, pads, name=name)(x)
 
 

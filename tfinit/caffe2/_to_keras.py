@@ -12,7 +12,9 @@ import keras
 from tfinit.caffe2 import _ops, _plan
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._keras import load_into_keras
+from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
+from tfinit.caffe2._progress import Progress, check_verbose
 from tfinit.caffe2._recurrent import lengths_input, lstm, param_slots
 
 _HANDLERS = {**_ops.HANDLERS, "RecurrentNetwork": lstm}
@@ -141,6 +143,8 @@ def _run_op(b, k, op):
             results = (results,)
         for blob, tensor in zip(op.outputs, results):
             if tensor is not None:
+                b.check_size(op, f"its output '{blob}'", tuple(tensor.shape),
+                             keras.backend.standardize_dtype(tensor.dtype))
                 b.blobs[blob] = tensor
                 b.writer[blob] = k
                 b.opaque.pop(blob, None)
@@ -148,7 +152,8 @@ def _run_op(b, k, op):
         raise _op_error(k, op, err) from None
 
 
-def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None):
+def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None, *,
+             max_bytes=None, verbose=0):
     """A Keras model computing a Caffe2 predict net, with the init net's parameters.
 
     Args:
@@ -164,6 +169,15 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
             in place gives its last value, as Caffe2's workspace holds it.
         input_format: ``"channels_first"`` or ``"channels_last"``: the layout of the
             model's 4-D inputs and outputs (default: the net's own ``order``).
+        max_bytes: the most bytes one example of any blob may take (and, for an init net
+            that is replayed, its blobs together); ``None``: the memory available
+            (``MemAvailable`` on Linux, within a cgroup's limit). A model file is untrusted
+            input: a net asking for more (huge pads, a broadcast that explodes) is refused
+            while the layers are planned, before anything runs. Pass a larger int to allow
+            more.
+        verbose: ``0`` (silent), ``1`` (a ``keras.utils.Progbar`` while the init net is
+            read and replayed, the ops are converted and the weights assigned) or ``2``
+            (one line each when done), as in Keras's ``fit``.
 
     Returns:
         A functional ``keras.Model`` with named inputs (the blob names); trainable,
@@ -171,7 +185,8 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
 
     Raises:
         ValueError: unsupported ops (all listed), bad arguments, an ``input_shape`` that
-            does not fit the first op's weight, unknown output blobs.
+            does not fit the first op's weight, unknown output blobs, a blob over
+            ``max_bytes`` (named with its op, its shape and the bytes it needs).
         TypeError: an ``input_shape`` that is not a tuple of ints.
 
     Example::
@@ -179,15 +194,20 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
         model = to_keras("predict_net.pb", "init_net.pb", (3, 224, 224))
         probs = model(images_nchw)
     """
+    verbose = check_verbose(verbose, "to_keras")
+    limit = Limit(max_bytes, "to_keras")
     net = read_netdef(predict_net)
-    params = init_net if isinstance(init_net, Mapping) else load_init_net(init_net)
-    b = build(net, params, input_shape, input_format)
-    return model_of(b, net, outputs)
+    params = init_net if isinstance(init_net, Mapping) else load_init_net(
+        init_net, max_bytes=max_bytes, verbose=verbose)
+    b = build(net, params, input_shape, input_format, limit=limit, verbose=verbose)
+    return model_of(b, net, outputs, verbose=verbose)
 
 
-def build(net, params, input_shape, input_format=None):
+def build(net, params, input_shape, input_format=None, limit=None, verbose=0):
     """Convert every op of ``net``: a :class:`_ops.Builder` holding the Keras tensor of
-    each blob (``b.blobs``), the op that last wrote it (``b.writer``) and the inputs."""
+    each blob (``b.blobs``), the op that last wrote it (``b.writer``) and the inputs.
+    ``limit``: a :class:`_memory.Limit` on one example of a blob (default: the memory
+    available)."""
     if input_format not in (None, *_FORMATS):
         raise ValueError(f"Argument `input_format` must be 'channels_first', 'channels_last' "
                          f"or None. Received: input_format={input_format!r}")
@@ -203,7 +223,7 @@ def build(net, params, input_shape, input_format=None):
     if not data:
         raise ValueError("to_keras: the predict net reads no data input.")
     shapes = _input_shapes(input_shape, data)
-    b = _ops.Builder(params, layout)
+    b = _ops.Builder(params, layout, limit)
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
     b.input_shapes = shapes
@@ -213,12 +233,15 @@ def build(net, params, input_shape, input_format=None):
                           dtype="int32" if blob in ints else "float32")
         b.inputs.append((blob, inp))
         b.blobs[blob] = _interface(b, inp, blob, inbound=True)
+    bar = Progress(verbose, f"Converting the {len(net.ops)} ops of predict net "
+                   f"{net.name or '(unnamed)'!r}", len(net.ops), "op")
     for k, op in enumerate(net.ops):
         _run_op(b, k, op)
+        bar.update(k + 1)
     return b
 
 
-def model_of(b, net, outputs=None):
+def model_of(b, net, outputs=None, verbose=0):
     """The Keras model returning ``outputs`` (blob names) of a :func:`build`, loaded."""
     if outputs is None:
         outputs = [blob for blob in net.external_output if blob not in b.opaque]
@@ -239,5 +262,5 @@ def model_of(b, net, outputs=None):
     load_into_keras(model, b.params,
                     name_map={k: v for k, v in b.routes.items() if k in present},
                     flattened_conv={k: v for k, v in b.flattened.items() if k in present},
-                    strict=False)
+                    strict=False, verbose=verbose)
     return model
