@@ -92,3 +92,21 @@ def test_submodule_names_document_and_run_their_examples(module, name):
     for test in tests:
         runner.run(test, out=failures.append)
     assert tests[0].examples and runner.summarize(verbose=False).failed == 0, "".join(failures)
+
+
+def test_error_messages_say_received_not_got():
+    """One error style in tfinit.caffe2, the command line and Caffe2MomentumSGD:
+    "Argument `x` must be ... Received: x=...", never "..., got ..."."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    root = Path(tfinit.__file__).parent
+    files = [*sorted((root / "caffe2").glob("*.py")), root / "cli.py",
+             root / "_caffe2_types.py", root / "mixed_precision" / "_caffe2_sgd.py"]
+    found = []
+    for path in files:
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        found += [f"{path.name}:{t.start[0]}" for t in tokens
+                  if t.type == tokenize.STRING and "got " in t.string]
+    assert not found, found

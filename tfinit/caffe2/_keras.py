@@ -333,7 +333,7 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
     """
     verbose = check_verbose(verbose, "load_into_keras")
     if not isinstance(model, keras.Model):
-        raise TypeError(f"load_into_keras: Argument `model` must be a built keras.Model. "
+        raise TypeError(f"load_into_keras: Argument `model` must be a keras.Model. "
                         f"Received: model={reprlib.repr(model)} (of type "
                         f"{type(model).__name__}).")
     if not isinstance(params, Mapping):
