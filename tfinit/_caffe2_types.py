@@ -31,8 +31,8 @@ class DataType(enum.IntEnum):
     >>> from tfinit.caffe2 import DataType, fill
     >>> DataType.INT64, int(DataType.INT64), DataType(1).name
     (<DataType.INT64: 10>, 10, 'FLOAT')
-    >>> fill("ConstantFill", shape=[2], value=3, dtype=DataType.INT64)
-    array([3, 3])
+    >>> fill("ConstantFill", shape=[2], value=3, dtype=DataType.INT32).tolist()  # or "INT32"
+    [3, 3]
     >>> DataType(11)
     Traceback (most recent call last):
     ...

@@ -283,12 +283,13 @@ def build_parser():
 def main(argv=None):
     """Run the ``tfinit`` command line; returns the exit status.
 
-    ``tfinit inspect`` prints a Caffe2 net's ops (with ``--init-net``, the parameters'
-    shapes and whether ``to_keras`` converts the net) and an init net's blobs with their
-    statistics; ``tfinit convert`` writes a ``.keras`` file (``--check`` compares it blob
-    by blob with what Caffe2 computed); ``tfinit ops`` lists the fill operators;
-    ``tfinit demo`` runs the mixed-precision demo. A bad argument or a file the command
-    refuses prints one line, ``tfinit: error: ...``, to stderr (no traceback).
+    ``tfinit inspect`` prints a Caffe2 net's ops, then for an init net its blobs with their
+    statistics, for a predict net whether ``to_keras`` converts it (``--init-net`` adds
+    the parameters' shapes); ``tfinit convert`` writes a ``.keras`` file (``--check``
+    compares it blob by blob with what Caffe2 computed); ``tfinit ops`` lists the fill
+    operators; ``tfinit demo`` runs the mixed-precision demo. A bad argument or a file
+    the command refuses prints one line, ``tfinit: error: ...``, to stderr (no
+    traceback).
 
     Args:
         argv: the arguments, without the program name; ``None``: ``sys.argv[1:]``.
