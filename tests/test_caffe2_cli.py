@@ -69,8 +69,11 @@ def test_convert_writes_a_keras_model(tmp_path, capsys):
     (["convert", "a.pb", "b.pb", "out.keras"], "--input-shape is required"),
     (["convert", "a.pb", "b.pb", "out.keras", "--input-shape", "a=1", "--input-shape", "2"],
      "NAME=dims each"),
-    (["convert", "a.pb", "b.pb", "out.keras", "--input-shape", "3,x"], "--input-shape"),
-    (["convert", "a.pb", "b.pb", "out.h5", "--input-shape", "3"], "must end in .keras"),
+    (["convert", "a.pb", "b.pb", "out.keras", "--input-shape", "3,x"],
+     "Argument `--input-shape` must be comma-separated ints such as 3,224,224 (or NAME=2,26 "
+     "per data input). Received: --input-shape=3,x"),
+    (["convert", "a.pb", "b.pb", "out.h5", "--input-shape", "3"],
+     "Argument `output` must end in .keras. Received: output=out.h5"),
 ])
 def test_bad_arguments_exit_nonzero_with_one_line(argv, text, capsys, tmp_path):
     garbage = tmp_path / "garbage.pb"

@@ -91,8 +91,15 @@ def test_bad_arguments(mlp):
         load_into_keras(model, init_net, name_map={"nope": "fc1"})
     with pytest.raises(KeyError, match="gamma"):
         load_into_keras(model, init_net, name_map={"fc1": {"gamma": "fc1_w"}})
-    with pytest.raises(TypeError, match="keras.Model"):
+    with pytest.raises(TypeError, match=r"Argument `model` must be a keras.Model. "
+                                        r"Received: model=<object .*\(of type object\)"):
         load_into_keras(object(), init_net)
+    with pytest.raises(TypeError, match=r"Argument `name_map` must map layer 'fc1' to a "
+                                        r"Caffe2 prefix .* Received: name_map\['fc1'\]=3\."):
+        load_into_keras(model, init_net, name_map={"fc1": 3})
+    with pytest.raises(ValueError, match=r"Dense layer 'fc1' a 2-D Caffe2 FC weight \[out, "
+                                         r"in\]. Received: params\['fc1_w'\] of shape \(160,\)"):
+        load_into_keras(model, {"fc1_w": np.zeros(160, np.float32)})
     unbuilt = keras.Sequential([keras.layers.Dense(16, name="fc1")])
     with pytest.raises(ValueError, match="'fc1' is not built"):
         load_into_keras(unbuilt, init_net)

@@ -137,6 +137,9 @@ def test_an_empty_file_is_an_error_naming_it(tmp_path):
         read_netdef(path)
     with pytest.raises(ValueError, match="the given bytes is empty"):
         read_netdef(b"")
+    with pytest.raises(TypeError, match=r"Argument `source` must be a path, bytes or a "
+                                        r"NetDef. Received: source=3 \(of type int\)"):
+        read_netdef(3)
     text = tmp_path / "predict_net.pbtxt"
     text.write_text("  \n")
     with pytest.raises(ValueError, match="predict_net.pbtxt is empty"):

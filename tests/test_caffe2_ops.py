@@ -13,6 +13,7 @@ import caffe2_nets as nets  # noqa: E402
 from tfinit.caffe2 import (  # noqa: E402
     Caffe2ChannelShuffle,
     Caffe2LRN,
+    Caffe2Pooling2D,
     Caffe2ShapeInfo,
     Caffe2Split,
     NetDef,
@@ -117,6 +118,15 @@ def test_lrn_defaults_and_bad_size():
     _close(model(x), x)  # alpha = beta = 0: scale^0 = 1
     with pytest.raises(ValueError, match="`size` must be a positive odd int. Received: size=4"):
         to_keras(_net(Operator("LRN", ("data",), ("y",), {"size": 4}), outputs=["y"]),
+                 {}, (3, 2, 2))
+
+
+def test_layer_arguments_are_refused_in_one_style():
+    with pytest.raises(ValueError, match=r"Caffe2Pooling2D: Argument `mode` must be 'max' or "
+                                         r"'average'. Received: mode='sum'"):
+        Caffe2Pooling2D("sum", (2, 2), (2, 2), (0, 0, 0, 0))
+    with pytest.raises(ValueError, match=r"Add takes 2 inputs. Received: 3 inputs"):
+        to_keras(_net(Operator("Add", ("data", "data", "data"), ("y",)), outputs=["y"]),
                  {}, (3, 2, 2))
 
 

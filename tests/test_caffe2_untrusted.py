@@ -201,4 +201,6 @@ def test_cli_max_bytes_takes_units(tmp_path, text, expected, capsys):
 @pytest.mark.parametrize("text", ["0", "-3", "lots", "5X"])
 def test_cli_refuses_a_bad_max_bytes(text, capsys):
     assert main(["inspect", "x.pb", "--max-bytes", text]) == 2
-    assert "--max-bytes" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tfinit: error: Argument `--max-bytes` must be a ")
+    assert err.endswith(f"Received: --max-bytes={text}") and len(err.splitlines()) == 1

@@ -62,7 +62,7 @@ def test_format_table_lists_every_run(short_demo):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--epochs", "-1"], "--epochs: expected a positive int"),
+        (["--epochs", "-1"], "Argument `--epochs` must be a positive int. Received: --epochs=-1"),
         (["--dtype", "float8"], "--dtype: invalid choice"),
         (["--out", "/proc/tfinit-cannot-write"], "is not writable"),
     ],

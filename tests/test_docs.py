@@ -2,14 +2,18 @@
 
 The examples are doctests: each one is run here, so a docstring cannot drift from the
 code. Examples of the names that create ``tf.Variable``s need the TensorFlow backend.
+Beyond ``tfinit.__all__``: every name in ``tfinit.caffe2.__all__``, ``tfinit.cli``'s
+entry points and ``tfinit.sources.open_source``.
 """
 
+import dataclasses
 import doctest
 import inspect
 
 import pytest
 
 import tfinit
+import tfinit.caffe2
 
 #: names whose examples create TensorFlow variables
 NEEDS_TENSORFLOW = {
@@ -17,9 +21,12 @@ NEEDS_TENSORFLOW = {
     "ReversePseudoFP16Initializer",
 }
 NAMES = sorted(n for n in tfinit.__all__ if not inspect.ismodule(getattr(tfinit, n)))
-#: public names of submodules: tfinit.caffe2's fill replay, tfinit.sources
-MORE = [("tfinit.caffe2", "fill"), ("tfinit.caffe2", "load_init_net"),
-        ("tfinit.caffe2", "replayed_ops"), ("tfinit.sources", "open_source")]
+#: public names of submodules: all of tfinit.caffe2, the command line, tfinit.sources
+CAFFE2 = sorted(tfinit.caffe2.__all__)
+MORE = [("tfinit.caffe2", n) for n in CAFFE2] + [
+    ("tfinit.cli", "main"), ("tfinit.cli", "build_parser"), ("tfinit.cli", "UsageError"),
+    ("tfinit.sources", "open_source"),
+]
 
 
 def _param(name):
@@ -28,13 +35,22 @@ def _param(name):
 
 
 def _takes_arguments(obj):
+    if not callable(obj):
+        return False
     function = obj.__init__ if inspect.isclass(obj) else obj
     params = inspect.signature(function).parameters
     return any(p not in ("self",) for p in params)
 
 
+def _is_record(obj):
+    """A dataclass, an exception class or a constant: Returns/Raises do not apply."""
+    exception = inspect.isclass(obj) and issubclass(obj, BaseException)
+    return dataclasses.is_dataclass(obj) or exception or not callable(obj)
+
+
 def test_every_public_name_is_covered():
     assert len(NAMES) >= 23 and "get" in NAMES and "XavierFill" in NAMES
+    assert len(CAFFE2) >= 24 and "DataType" in CAFFE2 and "Caffe2LSTM" in CAFFE2
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in NAMES])
@@ -61,16 +77,36 @@ def test_public_name_examples_run(name):
     assert runner.summarize(verbose=False).failed == 0, "".join(failures)
 
 
-@pytest.mark.parametrize("module, name", MORE)
+@pytest.mark.parametrize("module, name", MORE, ids=[f"{m}.{n}" for m, n in MORE])
 def test_submodule_names_document_and_run_their_examples(module, name):
     import importlib
 
     obj = getattr(importlib.import_module(module), name)
     doc = inspect.getdoc(obj)
-    assert "Example:" in doc and ("\nArgs:\n" in doc or not _takes_arguments(obj)), name
+    assert doc and "Example:" in doc and ">>> " in doc, name
+    assert "\nArgs:\n" in doc or not _takes_arguments(obj), name
+    assert "\nReturns:\n" in doc or "\nRaises:\n" in doc or _is_record(obj), name
     tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
     failures = []
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     for test in tests:
         runner.run(test, out=failures.append)
     assert tests[0].examples and runner.summarize(verbose=False).failed == 0, "".join(failures)
+
+
+def test_error_messages_say_received_not_got():
+    """One error style in tfinit.caffe2, the command line and Caffe2MomentumSGD:
+    "Argument `x` must be ... Received: x=...", never "..., got ..."."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    root = Path(tfinit.__file__).parent
+    files = [*sorted((root / "caffe2").glob("*.py")), root / "cli.py",
+             root / "_caffe2_types.py", root / "mixed_precision" / "_caffe2_sgd.py"]
+    found = []
+    for path in files:
+        tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        found += [f"{path.name}:{t.start[0]}" for t in tokens
+                  if t.type == tokenize.STRING and "got " in t.string]
+    assert not found, found

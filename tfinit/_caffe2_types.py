@@ -11,7 +11,33 @@ import numpy as np
 
 
 class DataType(enum.IntEnum):
-    """Caffe2's ``TensorProto.DataType`` (``caffe2.proto``): the ``dtype`` argument's values."""
+    """Caffe2's ``TensorProto.DataType`` (``caffe2.proto``): the ``dtype`` argument's values.
+
+    A member is the int Caffe2 stores (``DataType.FLOAT == 1``), so it goes wherever a
+    Caffe2 argument takes that int: the ``dtype`` of ``tfinit.caffe2.fill`` and of a fill
+    operator in a NetDef take a member, its int or its name (``"INT64"``, ``"int64"``).
+    Caffe2 has no value 11. ``DATA_TYPES`` is the same table as a dict of names to ints.
+
+    Args:
+        value: the int Caffe2 stores (``DataType(10)``); ``DataType["INT64"]`` looks up
+            a name.
+
+    Raises:
+        ValueError: an int that is not one of Caffe2's data types (``KeyError`` for an
+            unknown name looked up with ``[]``).
+
+    Example:
+
+    >>> from tfinit.caffe2 import DataType, fill
+    >>> DataType.INT64, int(DataType.INT64), DataType(1).name
+    (<DataType.INT64: 10>, 10, 'FLOAT')
+    >>> fill("ConstantFill", shape=[2], value=3, dtype=DataType.INT32).tolist()  # or "INT32"
+    [3, 3]
+    >>> DataType(11)
+    Traceback (most recent call last):
+    ...
+    ValueError: 11 is not a valid DataType
+    """
 
     UNDEFINED = 0
     FLOAT = 1
@@ -29,8 +55,26 @@ class DataType(enum.IntEnum):
     ZERO_COLLISION_HASH = 14
 
 
-#: Caffe2's ``TensorProto.DataType`` enum, name -> int.
-DATA_TYPES = {member.name: int(member) for member in DataType}
+class _DataTypeNames(dict):
+    """Caffe2's ``TensorProto.DataType`` names and the ints Caffe2 stores: a ``dict``.
+
+    ``{"UNDEFINED": 0, "FLOAT": 1, ..., "ZERO_COLLISION_HASH": 14}``, in Caffe2's order:
+    the values a fill operator's ``dtype`` argument takes (Caffe2 has no value 11).
+    :class:`DataType` is the same table as an ``enum.IntEnum``; a fill's ``dtype`` takes a
+    name, an int or a member.
+
+    Example:
+
+    >>> from tfinit.caffe2 import DATA_TYPES, DataType
+    >>> DATA_TYPES["FLOAT"], DATA_TYPES["INT64"], DATA_TYPES["FLOAT16"]
+    (1, 10, 12)
+    >>> DATA_TYPES == {member.name: member.value for member in DataType}
+    True
+    """
+
+
+#: Caffe2's ``TensorProto.DataType`` enum, name -> int (a dict, documented).
+DATA_TYPES = _DataTypeNames((member.name, int(member)) for member in DataType)
 #: numpy dtypes of the Caffe2 data types tfinit can produce (STRING: object arrays of bytes).
 NUMPY_DTYPES = {
     DataType.FLOAT: "float32", DataType.INT32: "int32", DataType.BYTE: "uint8",

@@ -1,4 +1,12 @@
-"""The ``tfinit`` command. Bad arguments exit non-zero with one line, no traceback."""
+"""The ``tfinit`` command. Bad arguments exit non-zero with one line, no traceback.
+
+``tfinit inspect NET.pb`` lists a Caffe2 NetDef's ops and, for an init net, its blobs;
+``tfinit convert INIT.pb PREDICT.pb OUT.keras`` writes the Keras model of a Caffe2 net
+(``--check FORWARD.npz`` compares it blob by blob with Caffe2); ``tfinit ops`` lists the
+fill operators; ``tfinit demo`` trains one model in fp32, 16-bit and pseudo_fp16. Error
+messages are one line in Keras's style ("Argument `--epochs` must be a positive int.
+Received: --epochs=0"); ``tfinit COMMAND --help`` gives every option.
+"""
 
 import argparse
 import importlib.util
@@ -9,7 +17,24 @@ from pathlib import Path
 
 
 class UsageError(Exception):
-    """A user mistake: printed as one line, exit status 2."""
+    """A user mistake on the command line: :func:`main` prints it as one line, exit status 2.
+
+    Raised for a bad option (by the parser and by the option types, whose messages name
+    the option: "Argument `--max-bytes` must be ... Received: --max-bytes=5X") and for
+    files the commands refuse (unreadable, malformed or unconvertible nets).
+
+    Args:
+        message: the one-line message, without the ``tfinit: error:`` prefix.
+
+    Example:
+
+    >>> from tfinit.cli import UsageError, build_parser
+    >>> try:
+    ...     build_parser().parse_args(["demo", "--epochs", "0"])
+    ... except UsageError as err:
+    ...     print(err)
+    Argument `--epochs` must be a positive int. Received: --epochs=0
+    """
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,16 +58,19 @@ def _ops(args):
     return 0
 
 
-def _positive(kind):
+def _positive(kind, flag):
+    """The ``type`` of option ``flag``: a positive ``kind``; else a one-line UsageError
+    (raised past argparse, whose "argument --x:" prefix would name the option twice)."""
+
     def parse(text):
+        refusal = UsageError(f"Argument `{flag}` must be a positive {kind.__name__}. "
+                             f"Received: {flag}={text}")
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a positive {kind.__name__}, got {text!r}"
-            ) from None
+            raise refusal from None
         if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+            raise refusal
         return value
 
     return parse
@@ -103,11 +131,13 @@ def _byte_count(text):
     try:
         value = int(number) * _UNITS[unit]
     except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(
-            f"expected a number of bytes such as 68719476736, 64G or 64GiB, got {text!r}"
+        raise UsageError(
+            "Argument `--max-bytes` must be a number of bytes such as 68719476736, 64G or "
+            f"64GiB. Received: --max-bytes={text}"
         ) from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {text!r}")
+        raise UsageError("Argument `--max-bytes` must be a positive number of bytes. "
+                         f"Received: --max-bytes={text}")
     return value
 
 
@@ -150,6 +180,22 @@ def _add_long_work_options(parser):
 
 
 def build_parser():
+    """The ``tfinit`` command's ``argparse`` parser: subcommands demo, inspect, convert, ops.
+
+    Each subcommand sets ``run``, the function :func:`main` calls with the parsed
+    arguments. A parse error raises :class:`UsageError` (argparse would exit instead).
+
+    Returns:
+        An ``argparse.ArgumentParser``.
+
+    Example:
+
+    >>> from tfinit.cli import build_parser
+    >>> args = build_parser().parse_args(["convert", "init_net.pb", "predict_net.pb",
+    ...                                   "model.keras", "--input-shape", "3,224,224"])
+    >>> args.command, args.output, args.input_shape, args.rtol
+    ('convert', 'model.keras', ['3,224,224'], 0.0001)
+    """
     parser = _Parser(
         prog="tfinit",
         description="Caffe2's parameter-initialization semantics for TensorFlow / Keras.",
@@ -164,7 +210,7 @@ def build_parser():
         "weights - then print a comparison table and write a PNG of the loss curves.",
     )
     demo.add_argument(
-        "--epochs", type=_positive(int), default=20, help="epochs per run (default 20)"
+        "--epochs", type=_positive(int, "--epochs"), default=20, help="epochs per run (default 20)"
     )
     demo.add_argument(
         "--dtype",
@@ -176,11 +222,11 @@ def build_parser():
         "--out", default="tfinit-demo", help="folder for loss_curves.png (default ./tfinit-demo)"
     )
     demo.add_argument(
-        "--lr", type=_positive(float), default=0.01, help="SGD learning rate (default 0.01)"
+        "--lr", type=_positive(float, "--lr"), default=0.01, help="SGD learning rate (default 0.01)"
     )
     demo.add_argument(
         "--samples",
-        type=_positive(int),
+        type=_positive(int, "--samples"),
         default=4096,
         help="synthetic training examples (default 4096)",
     )
@@ -221,7 +267,8 @@ def build_parser():
         "(max abs/rel error); exit status 1 when one diverges",
     )
     convert.add_argument(
-        "--rtol", type=_positive(float), default=1e-4, help="relative tolerance (default 1e-4)"
+        "--rtol", type=_positive(float, "--rtol"), default=1e-4,
+        help="relative tolerance (default 1e-4)",
     )
     _add_long_work_options(convert)
     convert.set_defaults(run=_convert)
@@ -234,6 +281,42 @@ def build_parser():
 
 
 def main(argv=None):
+    """Run the ``tfinit`` command line; returns the exit status.
+
+    ``tfinit inspect`` prints a Caffe2 net's ops, then for an init net its blobs with their
+    statistics, for a predict net whether ``to_keras`` converts it (``--init-net`` adds
+    the parameters' shapes); ``tfinit convert`` writes a ``.keras`` file (``--check``
+    compares it blob by blob with what Caffe2 computed); ``tfinit ops`` lists the fill
+    operators; ``tfinit demo`` runs the mixed-precision demo. A bad argument or a file
+    the command refuses prints one line, ``tfinit: error: ...``, to stderr (no
+    traceback).
+
+    Args:
+        argv: the arguments, without the program name; ``None``: ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: ``0``, ``1`` when ``convert --check`` finds a blob past the
+        tolerance, ``2`` for a usage error or a refused file.
+
+    Example:
+
+    >>> from importlib import resources
+    >>> from tfinit.cli import main
+    >>> examples = resources.files("tfinit.caffe2") / "examples"  # nets made by Caffe2
+    >>> main(["inspect", str(examples / "mlp_predict_net.pb"),
+    ...       "--init-net", str(examples / "mlp_init_net.pb"), "--quiet"])
+    net 'mlp_default_1': 6 ops
+      external_input: data, fc1_w, fc1_b, fc2_w, fc2_b, fc3_w, fc3_b
+      external_output: prob
+    op #0 FC(data[1, 1], fc1_w[16, 10], fc1_b[16]) -> fc1 [order=b'NCHW', ...]
+    ...
+    op #5 Softmax(fc3) -> prob [order=b'NCHW', cudnn_exhaustive_search=0]
+    convertible: yes
+    blobs: not an init net of fill ops; shapes come from running the net
+    0
+    >>> main(["convert", "init_net.pb", "predict_net.pb", "model.h5"])  # one line on stderr
+    2
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     parser = build_parser()
     try:

@@ -4,13 +4,15 @@
 fill operator and ``load_init_net`` replays an init net, both on tfinit's fills;
 ``load_into_keras`` assigns Caffe2 parameters to Keras layers (layout converted) and
 ``to_keras`` builds a Keras model from a predict net; ``check_forward`` compares it blob by
-blob with what Caffe2 computed. Importing this package registers tfinit's Keras layers
-(``tfinit>Caffe2LSTM`` etc.) so ``.keras`` files of converted models load. It does not
-import TensorFlow itself.
+blob with what Caffe2 computed. ``DataType`` / ``DATA_TYPES`` name Caffe2's
+``TensorProto.DataType`` values (a fill's ``dtype``). Every public name documents its
+contract with a doctested example (``tests/test_docs.py``). Importing this package
+registers tfinit's Keras layers (``tfinit>Caffe2LSTM`` etc.) so ``.keras`` files of
+converted models load. It does not import TensorFlow itself.
 """
 
 from tfinit.caffe2._netdef import DeviceOption, NetDef, Operator, read_netdef
-from tfinit.caffe2._fill import DATA_TYPES, fill, load_init_net
+from tfinit.caffe2._fill import DATA_TYPES, DataType, fill, load_init_net
 from tfinit.caffe2._fill import supported_ops as replayed_ops
 from tfinit.caffe2._keras import LoadReport, load_into_keras
 from tfinit.caffe2._to_keras import supported_ops as converted_ops
@@ -40,6 +42,7 @@ __all__ = [
     "CheckReport",
     "check_forward",
     "DATA_TYPES",
+    "DataType",
     "DeviceOption",
     "LoadReport",
     "NetDef",

@@ -22,7 +22,33 @@ from tfinit.caffe2._to_keras import build, data_inputs, model_of, net_layout
 
 @dataclasses.dataclass
 class BlobCheck:
-    """One blob: ``max_abs = max|y - y_caffe2|``, ``max_rel = max_abs / max|y_caffe2|``."""
+    """One blob compared by :func:`check_forward`: the converted model's ``y`` and Caffe2's.
+
+    ``max_abs = max|y - y_caffe2|`` and ``max_rel = max_abs / max|y_caffe2|``. The blob
+    passes (``ok``) when ``|y - y_caffe2| <= atol + rtol * |y_caffe2|`` everywhere; integer
+    blobs must be equal. A blob of another shape fails, with both shapes in ``note``.
+
+    Args:
+        blob: the Caffe2 blob name.
+        shape: its shape, in Caffe2's layout.
+        max_abs: the largest absolute difference.
+        max_rel: ``max_abs`` over the largest ``|y_caffe2|``.
+        atol: the absolute tolerance used (by default ``max(1e-5, 1e-4 * max|y_caffe2|)``).
+        ok: whether the blob is within the tolerance.
+        op: ``"op #k Type"``, the op that last wrote the blob.
+        note: why it failed, when not the values (a shape mismatch).
+
+    Example:
+
+    >>> from importlib import resources
+    >>> from tfinit.caffe2 import check_forward
+    >>> examples = resources.files("tfinit.caffe2") / "examples"  # a net Caffe2 ran
+    >>> report = check_forward(examples / "mlp_predict_net.pb", examples / "mlp_init_net.pb",
+    ...                        examples / "mlp_forward.npz")
+    >>> check = report.blobs[0]
+    >>> check.blob, check.shape, check.op, check.ok, check.max_abs <= check.atol
+    ('fc1', (4, 16), 'op #0 FC', True, True)
+    """
 
     blob: str
     shape: tuple
@@ -36,7 +62,35 @@ class BlobCheck:
 
 @dataclasses.dataclass
 class CheckReport:
-    """Every stored blob checked (net order) and those the model does not compute."""
+    """What :func:`check_forward` found: every stored blob compared, in net order.
+
+    ``ok`` is True when every blob is within the tolerance; ``first_divergent`` is the
+    first that is not (in the order the net writes them, so the op it names is where the
+    conversion first departs from Caffe2). ``str(report)`` is a table: one row per blob
+    with its shape, ``max_abs``, ``max_rel``, tolerance and result, then the blobs not
+    compared and a summary line.
+
+    Args:
+        blobs: a list of :class:`BlobCheck`, in the order the net writes the blobs.
+        skipped: ``{blob: why}``: blobs in the reference file the model does not compute
+            (a RecurrentNetwork's step workspaces, blobs no converted op writes).
+        rtol: the relative tolerance used.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from importlib import resources
+    >>> from tfinit.caffe2 import check_forward
+    >>> examples = resources.files("tfinit.caffe2") / "examples"
+    >>> reference = dict(np.load(examples / "mlp_forward.npz"))
+    >>> reference["blob/fc2"] = reference["blob/fc2"] + 1.0  # as if Caffe2 computed otherwise
+    >>> report = check_forward(examples / "mlp_predict_net.pb", examples / "mlp_init_net.pb",
+    ...                        reference)
+    >>> report.ok, report.first_divergent.blob, report.first_divergent.op
+    (False, 'fc2', 'op #2 FC')
+    >>> str(report).splitlines()[-1]
+    "1 of 6 blobs diverge; the first is 'fc2' (op #2 FC)"
+    """
 
     blobs: list
     skipped: dict  # blob -> why it was not compared
@@ -143,6 +197,14 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
                   max_bytes=None):
     """Run the converted net on a reference file's inputs; compare every stored blob.
 
+    The reference holds what was fed to Caffe2 (``input/<blob>``) and what its predict
+    net wrote (``blob/<blob>``; a blob written in place holds its last value, as Caffe2's
+    workspace does), optionally the init net's values (``param/<blob>``). The net is
+    converted with :func:`to_keras` returning every stored blob it computes, run on the
+    inputs, and each blob compared in the order the net writes them, moved to Caffe2's
+    layout: the first that diverges names the op where the conversion departs from
+    Caffe2.
+
     Args:
         predict_net: path, bytes or NetDef.
         init_net: path, bytes, NetDef or ``{blob: array}``; None takes the file's
@@ -160,10 +222,20 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
         ValueError: an unreadable file, a data input it lacks, or a net ``to_keras``
             cannot convert.
 
-    Example::
+    Example:
 
-        report = check_forward("predict_net.pb", "init_net.pb", "forward.npz")
-        print(report)
+    >>> from importlib import resources
+    >>> from tfinit.caffe2 import check_forward
+    >>> examples = resources.files("tfinit.caffe2") / "examples"  # a net Caffe2 ran
+    >>> report = check_forward(examples / "mlp_predict_net.pb", examples / "mlp_init_net.pb",
+    ...                        examples / "mlp_forward.npz")
+    >>> report.ok, [check.blob for check in report.blobs]
+    (True, ['fc1', 'relu1', 'fc2', 'relu2', 'fc3', 'prob'])
+    >>> print(report)
+    blob   shape                 max_abs    max_rel      atol  result
+    fc1    4x16                      ...        ...       ...  ok
+    ...
+    all 6 blobs match Caffe2 (rtol 0.0001, atol max(1e-5, 1e-4 * max|y|) unless given)
     """
     reference, where = _load_reference(forward)
     net = read_netdef(predict_net)

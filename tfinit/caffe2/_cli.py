@@ -118,11 +118,14 @@ def parse_input_shape(values):
         try:
             shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
         except ValueError:
-            raise ValueError(f"--input-shape must be comma-separated ints such as 3,224,224 "
-                             f"(or NAME=2,26 per data input), got {value!r}") from None
+            raise ValueError(f"Argument `--input-shape` must be comma-separated ints such as "
+                             f"3,224,224 (or NAME=2,26 per data input). Received: "
+                             f"--input-shape={value}") from None
         if not sep:
             if len(values) > 1:
-                raise ValueError("--input-shape given more than once needs NAME=dims each")
+                raise ValueError("Argument `--input-shape` must be NAME=dims each when given "
+                                 "more than once. Received: "
+                                 + " ".join(f"--input-shape={v}" for v in values))
             return shape
         named[name] = shape
     return named
@@ -138,7 +141,7 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError, input_
     ``max_bytes``: the memory limit of ``load_init_net`` and ``to_keras``.
     """
     if not str(output).endswith(".keras"):
-        raise error(f"the output file must end in .keras, got {output!r}")
+        raise error(f"Argument `output` must end in .keras. Received: output={output}")
     try:
         shape = parse_input_shape(input_shape)
     except ValueError as err:

@@ -18,6 +18,7 @@ master (tfinit's mixed-precision scopes) gets the master set exactly.
 
 import dataclasses
 import math
+import reprlib
 import warnings
 from collections.abc import Mapping
 
@@ -44,7 +45,38 @@ _FC_WEIGHTS = {keras.layers.Dense: "kernel", Caffe2LSTM: "recurrent_kernel"}
 
 @dataclasses.dataclass
 class LoadReport:
-    """What ``load_into_keras`` did: every parameter is assigned or listed here."""
+    """What :func:`load_into_keras` did: every Caffe2 blob and Keras weight is accounted for.
+
+    Each Caffe2 blob was assigned to a Keras weight (``assigned``) or taken by nothing
+    (``unused``); each weight of the model was assigned or left as it was (``missing``).
+    ``str(report)`` says it in a few lines; ``load_into_keras(..., strict=True)`` refuses a
+    load that leaves anything unused or missing.
+
+    Args:
+        assigned: ``{blob: "layer.attribute"}``, in the order assigned.
+        unused: the Caffe2 blobs no layer took.
+        missing: the Keras weights left as they were (``"layer.attribute"``).
+        reordered: ``{Dense layer name: (C, *spatial)}``: the FC layers whose columns were
+            reordered from Caffe2's C,H,W flatten order to Keras's H,W,C.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import load_into_keras
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc1"),
+    ...                           keras.layers.Dense(1, name="head")])
+    >>> report = load_into_keras(model, {"fc1_w": np.ones((2, 3), "float32"),
+    ...                                  "fc1_b": np.zeros(2, "float32"),
+    ...                                  "pred_w": np.ones((1, 2), "float32")})
+    >>> report.assigned
+    {'fc1_w': 'fc1.kernel', 'fc1_b': 'fc1.bias'}
+    >>> report.unused, report.missing
+    (['pred_w'], ['head.kernel', 'head.bias'])
+    >>> print(report)
+    assigned 2 Caffe2 blobs
+    unused Caffe2 blobs: pred_w
+    Keras weights not assigned: head.kernel, head.bias
+    """
 
     assigned: dict = dataclasses.field(default_factory=dict)  # blob -> "layer.attribute"
     unused: list = dataclasses.field(default_factory=list)  # Caffe2 blobs nothing took
@@ -188,19 +220,21 @@ def _blob_names(layer, slots, name_map):
         return {attr: entry.get(attr) for attr, _ in slots}
     if not isinstance(entry, str):
         raise TypeError(
-            f"load_into_keras: name_map['{layer.name}'] must be a Caffe2 prefix (str) or a "
-            f"dict of Keras attribute -> blob, got {entry!r}."
+            f"load_into_keras: Argument `name_map` must map layer '{layer.name}' to a Caffe2 "
+            f"prefix (str) or a dict of Keras attribute -> blob. Received: "
+            f"name_map['{layer.name}']={entry!r}."
         )
     return {attr: entry + suffix for attr, suffix in slots}
 
 
-def _convert(layer, attr, value, flattened_from):
+def _convert(layer, attr, value, flattened_from, blob):
+    received = f"Received: params['{blob}'] of shape {value.shape}."
     if isinstance(layer, Caffe2Broadcast):
         if value.size != math.prod(layer.shape):
             raise ValueError(
-                f"load_into_keras: Caffe2Broadcast layer '{layer.name}' needs a blob of "
-                f"{math.prod(layer.shape)} values (shape {layer.caffe2_shape}), got shape "
-                f"{value.shape}."
+                f"load_into_keras: Argument `params` must give Caffe2Broadcast layer "
+                f"'{layer.name}' a blob of {math.prod(layer.shape)} values (shape "
+                f"{layer.caffe2_shape}). {received}"
             )
         return layer.weight_from_caffe2(value)
     fc_weight = next((a for cls, a in _FC_WEIGHTS.items() if isinstance(layer, cls)), None)
@@ -209,9 +243,8 @@ def _convert(layer, attr, value, flattened_from):
     if fc_weight is not None:
         if value.ndim != 2:
             raise ValueError(
-                f"load_into_keras: {type(layer).__name__} layer '{layer.name}' needs a 2-D "
-                f"Caffe2 FC weight "
-                f"[out, in], got shape {value.shape}."
+                f"load_into_keras: Argument `params` must give {type(layer).__name__} layer "
+                f"'{layer.name}' a 2-D Caffe2 FC weight [out, in]. {received}"
             )
         if flattened_from is not None and math.prod(flattened_from) != value.shape[1]:
             raise ValueError(
@@ -222,8 +255,8 @@ def _convert(layer, attr, value, flattened_from):
         return fc_kernel(value, flattened_from)
     if value.ndim < 3:
         raise ValueError(
-            f"load_into_keras: {type(layer).__name__} layer '{layer.name}' needs a Caffe2 "
-            f"conv weight (out, in, *kernel), got shape {value.shape}."
+            f"load_into_keras: Argument `params` must give {type(layer).__name__} layer "
+            f"'{layer.name}' a Caffe2 conv weight (out, in, *kernel). {received}"
         )
     return conv_kernel(value)
 
@@ -241,22 +274,68 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
                     verbose=0):
     """Assign Caffe2 parameters to the layers of a built Keras model, by layer name.
 
-    ``params``: ``{blob: array}`` or an init_net (path, bytes, NetDef; replayed with
-    :func:`load_init_net`). A layer named ``fc1`` takes ``fc1_w``/``fc1_b``;
-    ``name_map={layer name: Caffe2 prefix or {attribute: blob}}`` overrides that.
-    Dense, Conv1D/2D/3D and BatchNormalization layers are filled, layouts converted.
-    An FC that follows a flattened channels-last conv output is detected in Sequential
-    and functional models; subclassed models (no layer graph) say it with
-    ``flattened_conv={layer name: (C, H, W)}`` (the Caffe2 tensor the FC reads; ``None``
-    forces no reordering). Shape mismatches raise ``ValueError`` naming the layer and
-    both shapes. Returns a :class:`LoadReport`; ``strict=True`` raises ``ValueError``
-    when a blob is unused or a Keras weight is left unassigned. ``verbose=1`` shows a
-    ``keras.utils.Progbar`` over the layers that take Caffe2 parameters (``2``: one line
-    when done; ``0``, the default: nothing), as Keras's ``fit`` does.
+    Caffe2 names a layer's parameters ``<prefix>_w`` / ``<prefix>_b`` (brew's convention;
+    SpatialBN: ``_s``, ``_b``, ``_rm``, ``_riv``), so a layer named ``fc1`` takes
+    ``fc1_w`` and ``fc1_b``. Each is converted from Caffe2's layout: an FC weight
+    ``[out, in]`` becomes the Dense kernel ``W.T``; a conv weight ``(out, in, *kernel)``
+    (OIHW) the Keras kernel ``(*kernel, in, out)``; SpatialBN's scale, bias, running mean
+    and running variance become BatchNormalization's ``gamma``, ``beta``,
+    ``moving_mean``, ``moving_variance``; tfinit's ``Caffe2LSTM`` and
+    ``Caffe2Broadcast`` take their step FC weight and their Mul/Add parameter. An FC
+    reading a conv output that Keras flattened channels-last gets its columns reordered
+    from Caffe2's C,H,W flatten order to H,W,C; this is detected in Sequential and
+    functional models, and said with ``flattened_conv`` for subclassed ones. Values are
+    assigned as the float32 arrays they are (a 16-bit variable with an fp32 master gets
+    the master set exactly).
+
+    Args:
+        model: a built ``keras.Model`` (layers nested in sub-models are walked).
+        params: ``{blob: array}``, or an init net (path, bytes or
+            :class:`NetDef`) replayed with :func:`load_init_net`.
+        name_map: ``{layer name: Caffe2 prefix, or {Keras attribute: blob}}`` for layers
+            whose Caffe2 names are not their own (``{"dense": "fc1"}``,
+            ``{"dense": {"kernel": "w", "bias": None}}``).
+        flattened_conv: ``{Dense layer name: (C, H, W)}``: the Caffe2 tensor the FC reads
+            was flattened by Keras channels-last (``None``: no reordering). Needed for
+            subclassed models only.
+        strict: ``True`` refuses a load that leaves a blob unused or a Keras weight
+            unassigned.
+        verbose: ``0`` (silent), ``1`` (a ``keras.utils.Progbar`` over the layers that
+            take Caffe2 parameters) or ``2`` (one line when done), as in Keras's ``fit``.
+
+    Returns:
+        A :class:`LoadReport`: what was assigned, and what was not.
+
+    Raises:
+        TypeError: ``model`` is not a ``keras.Model``, or a ``name_map`` entry is neither
+            a prefix nor a dict.
+        KeyError: ``name_map`` or ``flattened_conv`` names a layer the model does not
+            have, or an attribute the layer does not have.
+        ValueError: a layer that is not built, a blob whose shape does not fit its
+            weight (the layer and both shapes named), or, with ``strict=True``, anything
+            left unassigned.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import load_into_keras
+    >>> model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc1")])
+    >>> w = np.array([[1, 2, 3], [4, 5, 6]], "float32")  # Caffe2's FC weight [out, in]
+    >>> report = load_into_keras(model, {"fc1_w": w, "fc1_b": np.array([0.5, -0.5])})
+    >>> report.assigned
+    {'fc1_w': 'fc1.kernel', 'fc1_b': 'fc1.bias'}
+    >>> keras.ops.convert_to_numpy(model.get_layer("fc1").kernel).tolist()  # W.T
+    [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    >>> load_into_keras(model, {"fc1_w": w.T})
+    Traceback (most recent call last):
+    ...
+    ValueError: load_into_keras: layer 'fc1' kernel: Caffe2 blob 'fc1_w' has shape (3, 2) ...
     """
     verbose = check_verbose(verbose, "load_into_keras")
     if not isinstance(model, keras.Model):
-        raise TypeError(f"load_into_keras: expected a keras.Model, got {type(model).__name__}.")
+        raise TypeError(f"load_into_keras: Argument `model` must be a keras.Model. "
+                        f"Received: model={reprlib.repr(model)} (of type "
+                        f"{type(model).__name__}).")
     if not isinstance(params, Mapping):
         params = load_init_net(params, verbose=verbose)
     name_map = dict(name_map or {})
@@ -312,7 +391,7 @@ def load_into_keras(model, params, name_map=None, flattened_conv=None, strict=Fa
             if blob is None or blob not in params:
                 report.missing.append(f"{layer.name}.{attr}")
                 continue
-            value = _convert(layer, attr, np.asarray(params[blob]), flattened_from)
+            value = _convert(layer, attr, np.asarray(params[blob]), flattened_from, blob)
             if tuple(value.shape) != tuple(variable.shape):
                 raise ValueError(
                     f"load_into_keras: layer '{layer.name}' {attr}: Caffe2 blob '{blob}' has "

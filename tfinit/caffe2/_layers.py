@@ -18,13 +18,38 @@ class Caffe2Pooling2D(keras.layers.Layer):
     Output size ``floor((H + pad_t + pad_b - k) / stride) + 1`` (Caffe's ceil mode,
     ``legacy_pad=3``, is this with the tail pads it computes); padded cells are
     ignored: max pads with -inf, average divides by the number of real cells
-    (Caffe2's default ``count_include_pad=0``).
+    (Caffe2's default ``count_include_pad=0``). Keras's pooling layers pad only
+    symmetrically ("same") and, averaging, count the pads; ``to_keras`` uses this layer
+    when a Caffe2 pool's pads differ from what Keras does.
+
+    Args:
+        mode: ``"max"`` or ``"average"``.
+        pool_size: ``(kh, kw)``.
+        strides: ``(sh, sw)``.
+        pads: ``(top, left, bottom, right)``, Caffe2's order.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on an NHWC tensor ``[N, H, W, C]``: the pooled ``[N, H', W', C]``.
+
+    Raises:
+        ValueError: ``mode`` is neither ``"max"`` nor ``"average"``.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2Pooling2D
+    >>> x = np.arange(9, dtype="float32").reshape(1, 3, 3, 1)  # NHWC
+    >>> pool = Caffe2Pooling2D("average", (2, 2), (2, 2), pads=(0, 0, 1, 1))
+    >>> keras.ops.convert_to_numpy(pool(x))[0, :, :, 0].tolist()  # pads not counted
+    [[2.0, 3.5], [6.5, 8.0]]
     """
 
     def __init__(self, mode, pool_size, strides, pads, **kwargs):
         super().__init__(**kwargs)
         if mode not in ("max", "average"):
-            raise ValueError(f"Caffe2Pooling2D: mode must be 'max' or 'average', got {mode!r}.")
+            raise ValueError(f"Caffe2Pooling2D: Argument `mode` must be 'max' or 'average'. "
+                             f"Received: mode={mode!r}")
         self.mode = mode
         self.pool_size = tuple(int(v) for v in pool_size)
         self.strides = tuple(int(v) for v in strides)
@@ -66,7 +91,28 @@ class Caffe2ChannelShuffle(keras.layers.Layer):
     """Caffe2's ChannelShuffle on the channel axis (last by default).
 
     The C channels are viewed as ``(group, C / group)``, transposed and flattened back:
-    output channel ``i * group + j`` is input channel ``j * (C / group) + i``.
+    output channel ``i * group + j`` is input channel ``j * (C / group) + i`` (ShuffleNet's
+    shuffle; Caffe2's NCHW op is this with ``axis=1``).
+
+    Args:
+        group: the number of groups, a positive int dividing the channels.
+        axis: the channel axis (``-1``: channels-last).
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on a tensor: the tensor with its channels shuffled, the same shape.
+
+    Raises:
+        ValueError: ``group`` is not positive, or (when built) does not divide the
+            channels.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2ChannelShuffle
+    >>> x = np.arange(6, dtype="float32").reshape(1, 6)  # channel c holds c
+    >>> keras.ops.convert_to_numpy(Caffe2ChannelShuffle(group=2)(x)).tolist()
+    [[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]]
     """
 
     def __init__(self, group, axis=-1, **kwargs):
@@ -101,7 +147,28 @@ class Caffe2ChannelShuffle(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="tfinit")
 class Caffe2Split(keras.layers.Layer):
-    """Caffe2's Split: consecutive slices of ``sizes`` along ``axis`` (a list of tensors)."""
+    """Caffe2's Split: consecutive slices of ``sizes`` along ``axis`` (a list of tensors).
+
+    Caffe2's ``split`` argument (or its second input, known when the model is built)
+    gives ``sizes``; without it Caffe2 splits into equal parts, which ``to_keras`` turns
+    into the sizes.
+
+    Args:
+        sizes: the length of each slice along ``axis``; they add up to its size.
+        axis: the axis to split (``-1``: the last).
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on a tensor: a list of ``len(sizes)`` tensors.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2Split
+    >>> x = np.arange(6, dtype="float32").reshape(2, 3)
+    >>> [keras.ops.convert_to_numpy(y).tolist() for y in Caffe2Split(sizes=(1, 2))(x)]
+    [[[0.0], [3.0]], [[1.0, 2.0], [4.0, 5.0]]]
+    """
 
     def __init__(self, sizes, axis=-1, **kwargs):
         super().__init__(**kwargs)
@@ -133,6 +200,33 @@ class Caffe2LRN(keras.layers.Layer):
     ``scale = bias + alpha / size * sum(x[c']^2 for c' in c - (size-1)/2 .. c + (size-1)/2)``
     (channels outside ``0..C-1`` count as 0) and ``y = x * scale ** -beta``. ``size`` is
     odd. ``return_scale=True`` returns ``[y, scale]`` (the op's optional second output).
+    Caffe2's argument ``bias`` is Caffe's ``k``.
+
+    Args:
+        size: the window, in channels: a positive odd int.
+        alpha: the scale of the sum of squares (divided by ``size``, as Caffe2 does).
+        beta: the exponent.
+        bias: the constant added (Caffe's ``k``).
+        axis: the channel axis (``-1``: channels-last).
+        return_scale: also return ``scale``.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on a tensor: ``y``, the same shape, or ``[y, scale]``.
+
+    Raises:
+        ValueError: ``size`` is not a positive odd int.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2LRN
+    >>> lrn = Caffe2LRN(size=3, alpha=3.0, beta=1.0, bias=1.0, return_scale=True)
+    >>> y, scale = lrn(np.ones((1, 4), "float32"))  # 2 of the 3 channels at each edge
+    >>> keras.ops.convert_to_numpy(scale).tolist()
+    [[3.0, 4.0, 4.0, 3.0]]
+    >>> keras.ops.convert_to_numpy(y).astype(float).round(4).tolist()
+    [[0.3333, 0.25, 0.25, 0.3333]]
     """
 
     def __init__(self, size, alpha=0.0, beta=0.0, bias=1.0, axis=-1, return_scale=False,
@@ -177,6 +271,24 @@ class Caffe2ShapeInfo(keras.layers.Layer):
 
     ``values`` are known when the model is built; ``batch_index`` names the entry that is
     the batch size, read from the input at run time (None: all entries are constant).
+    ``to_keras`` uses it so that a net returning such a blob gets Caffe2's values.
+
+    Args:
+        values: the shape blob's entries (ints).
+        dtype_name: its dtype: ``"int32"`` (Concat) or ``"int64"`` (Reshape).
+        batch_index: the entry replaced by the input's batch size, or ``None``.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``).
+
+    Returns:
+        Called on the tensor the shape belongs to: a 1-D tensor of ``len(values)``.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2ShapeInfo
+    >>> old_shape = Caffe2ShapeInfo((1, 12), "int64", batch_index=0)  # Reshape's [N, 12]
+    >>> keras.ops.convert_to_numpy(old_shape(np.zeros((5, 12), "float32"))).tolist()
+    [5, 12]
     """
 
     def __init__(self, values, dtype_name="int32", batch_index=None, **kwargs):
@@ -208,7 +320,25 @@ class Caffe2ShapeInfo(keras.layers.Layer):
 class Caffe2Reshape(keras.layers.Layer):
     """Caffe2's Reshape when it moves the batch axis (e.g. ``[T, N, D]`` to ``[-1, D]``).
 
-    ``shape`` is Caffe2's: ``0`` copies the input's dimension, one ``-1`` is inferred.
+    ``shape`` is Caffe2's: ``0`` copies the input's dimension, one ``-1`` is inferred,
+    and it includes the batch axis (``keras.layers.Reshape`` keeps the batch axis and
+    reshapes the rest; ``to_keras`` uses it when Caffe2's reshape does that too).
+
+    Args:
+        shape: the new shape, batch axis included, with Caffe2's ``0`` and ``-1``.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on a tensor: the tensor reshaped.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2 import Caffe2Reshape
+    >>> tuple(Caffe2Reshape((-1, 4))(np.zeros((2, 3, 4), "float32")).shape)  # [T, N, D]
+    (6, 4)
+    >>> Caffe2Reshape((0, -1)).compute_output_shape((2, 3, 4))
+    (2, 12)
     """
 
     def __init__(self, shape, **kwargs):
@@ -244,7 +374,37 @@ class Caffe2Broadcast(keras.layers.Layer):
     broadcastable to ``x`` (``(1, 1, C)`` scales the channels of an NHWC image).
     ``caffe2_shape`` is the same weight in Caffe2's order (``(C, 1, 1)`` for NCHW) and
     ``channels_first`` says a 3-D one is moved from ``(C, H, W)`` to ``(H, W, C)``:
-    :meth:`weight_from_caffe2` turns the blob's values into the weight.
+    :meth:`weight_from_caffe2` turns the blob's values into the weight
+    (``load_into_keras`` does, taking the blob named as the layer).
+
+    Args:
+        mode: ``"mul"`` (``x * weight``; initialized to ones) or ``"add"``
+            (``x + weight``; zeros).
+        shape: the weight's shape in the model's layout, without the batch axis.
+        caffe2_shape: the weight's shape in Caffe2's order (default: ``shape``); as
+            many elements.
+        channels_first: move a 3-D Caffe2 weight from ``(C, H, W)`` to ``(H, W, C)``.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on a tensor: ``x * weight`` or ``x + weight``, broadcast.
+
+    Raises:
+        ValueError: a ``mode`` other than ``"mul"``/``"add"``, or a ``caffe2_shape``
+            with another number of elements.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2Broadcast, load_into_keras
+    >>> inputs = keras.Input((2, 2, 2))  # NHWC; Caffe2's per-channel scale is (C, 1, 1)
+    >>> scale = Caffe2Broadcast("mul", (1, 1, 2), (2, 1, 1), channels_first=True,
+    ...                         name="scale")
+    >>> model = keras.Model(inputs, scale(inputs))
+    >>> load_into_keras(model, {"scale": np.array([2.0, 3.0], "float32")}).assigned
+    {'scale': 'scale.weight'}
+    >>> keras.ops.convert_to_numpy(model(np.ones((1, 2, 2, 2), "float32")))[0, 0, 0].tolist()
+    [2.0, 3.0]
     """
 
     def __init__(self, mode, shape, caffe2_shape=None, channels_first=False, **kwargs):

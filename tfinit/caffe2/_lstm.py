@@ -20,7 +20,41 @@ class Caffe2LSTM(keras.layers.Layer):
     the previous ``h, c`` are kept (``drop_states=False``) or zeroed (``True``).
 
     Returns ``[hidden_all [T, N, H], hidden_last [1, N, H], cell_all, cell_last]``.
-    ``recurrent_kernel`` is ``[H, 4H]``: Caffe2's ``gates_t_w`` ``[4H, H]`` transposed.
+    ``recurrent_kernel`` is ``[H, 4H]``: Caffe2's ``gates_t_w`` ``[4H, H]`` transposed
+    (``load_into_keras`` transposes it; ``bias`` is ``gates_t_b``). Keras's ``LSTM``
+    differs in gate order (``i, f, g, o``), in its batch-major input, in taking the input
+    projection inside, and in having no ``forget_bias`` or per-sequence lengths.
+
+    Args:
+        units: ``H``, the hidden size: a positive int.
+        forget_bias: added to the forget gate before its sigmoid (Caffe2's
+            ``forget_bias``).
+        drop_states: past a sequence's length, zero ``h, c`` instead of keeping them.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on ``[gates_x, h0, c0(, seq_lengths)]``: ``[hidden_all, hidden_last,
+        cell_all, cell_last]``.
+
+    Raises:
+        ValueError: ``units`` is not positive, or (when built) ``gates_x`` does not have
+            ``4 * units`` features.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2LSTM
+    >>> gates = np.ones((2, 2, 4), "float32")  # [T=2, N=2, 4H]: i, f, o, g
+    >>> h0 = c0 = np.zeros((1, 2, 1), "float32")  # [1, N, H]
+    >>> lengths = np.array([2, 1], "int32")  # the second sequence ends after one step
+    >>> lstm = Caffe2LSTM(units=1)
+    >>> lstm.build([gates.shape, h0.shape, c0.shape, lengths.shape])
+    >>> lstm.set_weights([np.zeros((1, 4)), np.zeros(4)])  # recurrent_kernel, bias
+    >>> hidden_all, hidden_last, _, _ = lstm([gates, h0, c0, lengths])
+    >>> keras.ops.convert_to_numpy(hidden_all)[..., 0].astype(float).round(4).tolist()
+    [[0.3696, 0.3696], [0.5453, 0.3696]]
+    >>> tuple(hidden_last.shape)
+    (1, 2, 1)
     """
 
     def __init__(self, units, forget_bias=0.0, drop_states=False, **kwargs):

@@ -28,6 +28,7 @@ none        ``None`` (a name only)
 
 import dataclasses
 import os
+import reprlib
 from typing import Optional
 
 import numpy as np
@@ -136,6 +137,29 @@ class RawField:
 
 @dataclasses.dataclass
 class DeviceOption:
+    """Caffe2's ``DeviceOption`` message: where an op runs, and its random fills' seed.
+
+    tfinit reads ``random_seed``: a fill op whose ``device_option.random_seed`` is set, or
+    whose net's is (Caffe2 merges the net's ``device_option`` into each op's, the op's
+    fields winning), draws from Caffe2's own CPU stream with that seed, so it gets the
+    values Caffe2 drew (``load_init_net``). Unset, Caffe2 seeds from the clock and tfinit
+    draws fresh values. The other fields are kept as read and written back unchanged.
+
+    Args:
+        device_type: Caffe2's ``DeviceTypeProto`` int (0: CPU, 1: CUDA, ...).
+        device_id: the device's index.
+        random_seed: an int in ``[0, 2**32)``, or ``None``: not set.
+        node_name: Caffe2's node name.
+
+    Example:
+
+    >>> from tfinit.caffe2 import DeviceOption, NetDef, Operator, load_init_net
+    >>> net = NetDef(device_option=DeviceOption(random_seed=1), ops=[
+    ...     Operator("XavierFill", (), ("fc_w",), {"shape": [2, 3]})])
+    >>> load_init_net(net)["fc_w"].astype(float).round(4).tolist()  # Caffe2's values
+    [[0.5153, -0.4414, -0.1939], [0.4694, -0.9414, 0.5997]]
+    """
+
     device_type: int = 0
     device_id: int = 0
     random_seed: Optional[int] = None  # None: not set (Caffe2 then seeds from the clock)
@@ -144,6 +168,37 @@ class DeviceOption:
 
 @dataclasses.dataclass
 class Operator:
+    """One Caffe2 ``OperatorDef``: an operator type, its input and output blobs, arguments.
+
+    ``args`` maps an argument name to its value. From :func:`read_netdef` a value has the
+    type of the ``Argument`` field Caffe2 stored it in (a float is a float32 value, a list
+    of ints an int64 array; the table is in ``tfinit/caffe2/_netdef.py``). One built in
+    Python may hold plain values (``[2, 3]``, ``0.5``, ``"NCHW"``): writing the net
+    (``NetDef.to_bytes``) or reading it back (``read_netdef(net)``) types them as Caffe2's
+    ``utils.MakeArgument`` does, and the fills read them that way.
+
+    Args:
+        type: the operator type (``"FC"``, ``"XavierFill"``).
+        inputs: the input blob names, a tuple.
+        outputs: the output blob names, a tuple.
+        args: ``{argument name: value}``.
+        name: the op's name (Caffe2 uses it in logs).
+        engine: Caffe2's engine (``"CUDNN"``), kept as read.
+        device_option: a :class:`DeviceOption`, or ``None`` (the net's applies).
+
+    Raises:
+        TypeError: when the net is written or read back, an argument Caffe2 cannot store
+            (a list mixing numbers and strings), naming it.
+
+    Example:
+
+    >>> from tfinit.caffe2 import NetDef, Operator, read_netdef
+    >>> op = Operator("GivenTensorFill", (), ("fc_b",), {"shape": [2], "values": [0.1, 0.2]})
+    >>> typed = read_netdef(NetDef(ops=[op])).ops[0]
+    >>> typed.outputs, typed.args["shape"], typed.args["values"]
+    (('fc_b',), array([2]), array([0.1, 0.2], dtype=float32))
+    """
+
     type: str
     inputs: tuple = ()
     outputs: tuple = ()
@@ -155,6 +210,39 @@ class Operator:
 
 @dataclasses.dataclass
 class NetDef:
+    """A Caffe2 ``NetDef``: operators run in order, and the blobs the net reads and writes.
+
+    An init net (``init_net.pb``) is fill operators writing the parameters; a predict net
+    (``predict_net.pb``) is the model's computation, reading the data input and those
+    parameters. :func:`read_netdef` returns one; one built in Python is written with
+    ``to_bytes()`` as Caffe2 writes its ``.pb`` files, and every function of
+    ``tfinit.caffe2`` that reads a net takes it directly.
+
+    Args:
+        name: the net's name.
+        ops: a list of :class:`Operator`, in the order Caffe2 runs them.
+        external_input: the blobs the net reads that none of its ops writes (a predict
+            net's data input and parameters).
+        external_output: the blobs the net returns.
+        device_option: a :class:`DeviceOption` that applies to every op (an op's own
+            fields win), or ``None``.
+        args: the net's arguments, ``{name: value}``.
+        type: Caffe2's executor (``""``, ``"simple"``, ``"dag"``, ...), kept as read.
+
+    Raises:
+        TypeError: ``to_bytes()`` on an argument Caffe2 cannot store, naming it.
+
+    Example:
+
+    >>> from tfinit.caffe2 import NetDef, Operator, read_netdef
+    >>> net = NetDef(name="init", external_output=["fc_b"], ops=[
+    ...     Operator("ConstantFill", (), ("fc_b",), {"shape": [3], "value": 1.0})])
+    >>> data = net.to_bytes()  # an init_net.pb's contents
+    >>> back = read_netdef(data)
+    >>> back.name, back.ops[0].type, back.ops[0].args
+    ('init', 'ConstantFill', {'shape': array([3]), 'value': 1.0})
+    """
+
     name: str = ""
     ops: list = dataclasses.field(default_factory=list)
     external_input: list = dataclasses.field(default_factory=list)
@@ -174,12 +262,45 @@ class NetDef:
 def read_netdef(source, progress=None):
     """A :class:`NetDef` from a ``.pb`` path, ``.pbtxt`` path, bytes, or a NetDef.
 
-    Empty or malformed input (0 bytes, truncated, corrupted, not a NetDef) raises
-    ``ValueError`` naming the file. A NetDef
-    built in Python comes back with its arguments typed as Caffe2 stores them.
-    ``progress``: None or a callable ``(bytes done, total bytes)``, called as a file or
-    bytes are read (op by op through a binary NetDef; ``load_init_net(verbose=1)`` shows it
-    as a ``keras.utils.Progbar``).
+    Reads Caffe2's ``caffe2.proto`` wire format (the NetDef, OperatorDef, Argument and
+    DeviceOption messages) without the caffe2 package. Each argument's value has the type
+    of the field Caffe2 stored it in: ``f`` a float (a float32 value), ``i`` an int, ``s``
+    bytes, ``floats`` / ``ints`` a float32 / int64 array, ``strings`` a list of bytes,
+    ``n`` / ``nets`` a NetDef / a list of them; tensors are kept undecoded. A NetDef built
+    in Python comes back with its arguments typed as Caffe2 stores them. A file is
+    untrusted input: empty or malformed bytes (truncated, corrupted, not a NetDef) are
+    refused with the file named.
+
+    Args:
+        source: a path (``.pb``; ``.pbtxt`` / ``.prototxt`` as protobuf text), the
+            serialized bytes, or a :class:`NetDef`.
+        progress: ``None`` or a callable ``(bytes done, total bytes)``, called as a file
+            or bytes are read (op by op through a binary NetDef;
+            ``load_init_net(verbose=1)`` shows it as a ``keras.utils.Progbar``).
+
+    Returns:
+        A :class:`NetDef`.
+
+    Raises:
+        TypeError: ``source`` is not a path, bytes or a NetDef.
+        ValueError: empty or malformed input, or NetDefs nested too deeply (the message
+            names the file).
+        OSError: the file cannot be read.
+
+    Example:
+
+    >>> from importlib import resources
+    >>> from tfinit.caffe2 import read_netdef
+    >>> examples = resources.files("tfinit.caffe2") / "examples"  # nets made by Caffe2
+    >>> net = read_netdef(examples / "mlp_predict_net.pb")
+    >>> [op.type for op in net.ops]
+    ['FC', 'Relu', 'FC', 'Relu', 'FC', 'Softmax']
+    >>> net.ops[0].inputs, net.ops[0].args["order"], net.external_output
+    (('data', 'fc1_w', 'fc1_b'), b'NCHW', ['prob'])
+    >>> read_netdef(b"\\x08")
+    Traceback (most recent call last):
+    ...
+    ValueError: read_netdef: the given bytes is not a valid Caffe2 NetDef (...).
     """
     if isinstance(source, NetDef):
         return _decode_net(_encode_net(source))
@@ -194,8 +315,8 @@ def read_netdef(source, progress=None):
         data, where = bytes(source), "the given bytes"
     else:
         raise TypeError(
-            "read_netdef: expected a path, bytes or a NetDef, got "
-            f"{type(source).__name__}."
+            "read_netdef: Argument `source` must be a path, bytes or a NetDef. "
+            f"Received: source={reprlib.repr(source)} (of type {type(source).__name__})."
         )
     if not (data.strip() if text else data):
         raise ValueError(f"read_netdef: {where} is empty ({len(data)} bytes); expected a "

@@ -481,7 +481,8 @@ def broadcast_form(op):
     if broadcast not in (0, 1):
         raise Unsupported(f"{op.type} with broadcast={broadcast!r} (0 and 1 are converted)")
     if len(op.inputs) != 2:
-        raise ValueError(f"{op.type} takes 2 inputs, got {len(op.inputs)}")
+        raise ValueError(f"{op.type} takes 2 inputs. Received: {len(op.inputs)} inputs "
+                         f"{list(op.inputs)}")
     if not broadcast and "axis" in op.args:
         raise Unsupported(f"{op.type} with axis={op.args['axis']!r} but no broadcast=1")
     return "legacy" if broadcast else "numpy"

@@ -22,7 +22,25 @@ _FORMATS = {"channels_first": _ops.NCHW, "channels_last": _ops.NHWC}
 
 
 def supported_ops():
-    """The predict-net operator types ``to_keras`` converts, sorted."""
+    """The predict-net operator types ``to_keras`` converts, sorted.
+
+    Each is converted with Caffe2's semantics (its defaults, pads, broadcasting and
+    layouts; docs/caffe2-ops.md gives them op by op, with the arguments that are
+    refused). A net with any other op is refused by :func:`to_keras` before anything is
+    built, every unsupported op listed; ``tfinit inspect predict_net.pb`` says whether a
+    net converts.
+
+    Returns:
+        A sorted list of Caffe2 operator type names.
+
+    Example:
+
+    >>> from tfinit.caffe2 import converted_ops
+    >>> [op for op in ("Conv", "FC", "RecurrentNetwork", "SpatialBN") if op in converted_ops()]
+    ['Conv', 'FC', 'RecurrentNetwork', 'SpatialBN']
+    >>> "Im2Col" in converted_ops()
+    False
+    """
     return sorted(_HANDLERS)
 
 
@@ -189,10 +207,23 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
             ``max_bytes`` (named with its op, its shape and the bytes it needs).
         TypeError: an ``input_shape`` that is not a tuple of ints.
 
-    Example::
+    Example:
 
-        model = to_keras("predict_net.pb", "init_net.pb", (3, 224, 224))
-        probs = model(images_nchw)
+    >>> import numpy as np
+    >>> from importlib import resources
+    >>> from tfinit.caffe2 import to_keras
+    >>> examples = resources.files("tfinit.caffe2") / "examples"  # a net Caffe2 ran
+    >>> model = to_keras(examples / "mlp_predict_net.pb", examples / "mlp_init_net.pb",
+    ...                  input_shape=(10,))
+    >>> [layer.name for layer in model.layers]
+    ['data', 'fc1', 'relu1', 'fc2', 'relu2', 'fc3', 'prob']
+    >>> reference = np.load(examples / "mlp_forward.npz")  # Caffe2's input and output
+    >>> probs = model(reference["input/data"])
+    >>> bool(np.allclose(probs, reference["blob/prob"], atol=1e-6))
+    True
+
+    For an image net, ``input_shape=(3, 224, 224)`` takes NCHW batches as Caffe2 does;
+    ``input_format="channels_last"`` with ``(224, 224, 3)`` takes NHWC ones.
     """
     verbose = check_verbose(verbose, "to_keras")
     limit = Limit(max_bytes, "to_keras")

@@ -23,8 +23,8 @@ class Caffe2MomentumSGD(keras.optimizers.Optimizer):
                  name="caffe2_momentum_sgd", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         if not isinstance(momentum, (int, float)) or not 0 <= momentum <= 1:
-            raise ValueError(
-                f"Caffe2MomentumSGD: momentum must be a float in [0, 1], got {momentum!r}.")
+            raise ValueError("Caffe2MomentumSGD: Argument `momentum` must be a float in "
+                             f"[0, 1]. Received: momentum={momentum!r}")
         self.momentum = float(momentum)
         self.nesterov = bool(nesterov)
 
