@@ -262,3 +262,8 @@ def test_checkpoint_object_graph_maps_attribute_paths_to_keys(tmp_path):
     keys = {full: key for full, key in graph}
     assert any(key.startswith("model/weights/") for key in keys.values()), (graph, MOVED)
     assert all(reader.has_tensor(key) for key in keys.values()), MOVED
+
+
+def test_autocasts_reads_back_the_variable_flag():
+    assert internals.autocasts(keras.Variable(np.ones(2, "f4"))) is True, MOVED
+    assert internals.autocasts(keras.Variable(np.ones(2, "f4"), autocast=False)) is False, MOVED

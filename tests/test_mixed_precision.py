@@ -367,7 +367,7 @@ def test_without_loss_scaling_every_step_is_applied(compute_dtype):
         w = tf.Variable(np.zeros(2, np.float32))
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale=None)
     opt.apply_gradients([(tf.constant([np.inf, 1.0]), w)])
-    assert master(w).numpy().tolist() == [-np.inf, -0.1 * np.float32(1.0)]
+    assert master(w).numpy().tolist() == [-np.inf, float(np.float32(-0.1))]
     assert int(opt.iterations.numpy()) == 1
 
 

@@ -77,6 +77,12 @@ def deferred_initializer(variable):
     return variable._deferred_initialize
 
 
+def autocasts(variable):
+    # Public stand-in: none; `keras.Variable(autocast=...)` cannot be read back publicly.
+    """Whether Keras casts ``variable`` to the compute dtype inside layer calls."""
+    return bool(variable._autocast)
+
+
 def make_instance_of(variable, subclass):
     # Public stand-in: none; Keras has no hook to choose the class of a layer's variables.
     """Turn one Keras variable into an instance of ``subclass`` (a layout-compatible subclass).

@@ -252,8 +252,13 @@ def _fill_fp32(initializer, shape, tf):
 
 
 def _pairs_up(spec, dtype, owner):
+    if owner is not None and dtype == "float32" and not internals.autocasts(owner):
+        return False  # Keras keeps it in float32, uncast (float8 scales and amax histories)
     if not spec.is_pseudo:
-        return dtype == "float32"
+        layer = internals.layer_being_built()
+        # float32 weights Keras adds to a built layer (LoRA's) stay as Keras made them.
+        return dtype == "float32" and not (owner is not None and layer is not None
+                                           and layer.built)
     if dtype == spec.compute_dtype:
         return True
     # Keras asked for float32 explicitly (e.g. a layer built with dtype="float32"): keep it.

@@ -122,8 +122,10 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
 
     # -- loss scaling -----------------------------------------------------------------
     def _resolve_scaling(self, pairs=None):
-        """Fix ``"auto"`` for good: from the pairs, else the active scope, else the scopes
-        this process has entered; ``"dynamic"`` when they disagree (always correct)."""
+        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else the
+        paired variable a layer call read last in this thread (``fit`` scales the loss before
+        it builds the optimizer, right after the forward pass), else the scopes this process
+        has entered; ``"dynamic"`` when they disagree (always correct)."""
         if self._scaling != _AUTO:
             return self._scaling
         candidates = []
@@ -132,6 +134,8 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         state = _state.active()
         if state is not None:
             candidates.append({state.spec.compute_dtype})
+        if _state.last_read() is not None:
+            candidates.append({_state.last_read()})
         candidates.append(_state.compute_dtypes_used())
         for dtypes in candidates:
             scaling = _resolved_scaling(dtypes)

@@ -4,8 +4,9 @@ It carries the scope's :class:`PairSpec` with the layer, so the rules apply when
 builds the layer (as Keras's own dtype policies do), and it is saved in ``.keras`` configs:
 
 - pseudo_fp16: variables and compute in the 16-bit dtype (the variables get fp32 masters);
-  normalization layers without an explicit dtype switch to ``mixed_<dtype>`` when they build,
-  so their weights and moving statistics stay fp32, as Caffe2 kept spatbn in fp32.
+  normalization layers without an explicit dtype switch to ``mixed_<dtype>`` when they build
+  (in both modes), so their weights and moving statistics stay fp32, as Caffe2 kept spatbn in
+  fp32, and their saved configs load that way into a scope of either mode.
 - reverse: fp32 variables, 16-bit compute, like ``mixed_<dtype>`` (its name; ``Model.compile``
   adds no second loss scaling because ``MasterWeightOptimizer`` is a ``LossScaleOptimizer``).
 - Rebuilding a layer from such a config (``load_model``, ``clone_model``, ``from_config``)
@@ -43,8 +44,9 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
     @property
     def variable_dtype(self):
         layer = internals.layer_being_built()
-        if (self.spec.is_pseudo and isinstance(layer, NORMALIZATION_LAYERS)
-                and layer.dtype_policy is self):
+        # In both modes, so that a saved normalization layer says mixed_<dtype> in its config
+        # and loads with fp32 weights into a scope of either mode.
+        if isinstance(layer, NORMALIZATION_LAYERS) and layer.dtype_policy is self:
             layer.dtype_policy = keras.dtype_policies.DTypePolicy(
                 f"mixed_{self.spec.compute_dtype}")
             return "float32"

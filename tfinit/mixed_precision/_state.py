@@ -35,6 +35,17 @@ def push(state):
     _stack().append(state)
 
 
+def note_read(compute_dtype):
+    """Record the compute dtype of the paired variable a layer call just read (this thread)."""
+    _local.last_read = compute_dtype
+
+
+def last_read():
+    """The compute dtype of the last paired variable a layer call read in this thread, or
+    None: the model whose loss is being scaled when an optimizer is not built yet."""
+    return getattr(_local, "last_read", None)
+
+
 def compute_dtypes_used():
     """The compute dtypes of every scope this process has entered."""
     return set(_compute_dtypes_used)

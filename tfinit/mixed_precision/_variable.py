@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _pairs
+from tfinit.mixed_precision import _pairs, _state
 
 
 def _plain_optimizer_error(variable):
@@ -51,6 +51,7 @@ class PairedVariable(internals.HookedKerasVariable):
         pair = _pairs.pair_of(self)
         if pair is None:
             return None
+        _state.note_read(pair.spec.compute_dtype)
         if pair.spec.is_pseudo:
             outer = internals.control_flow_outer_graph()
             if outer is None:
