@@ -67,6 +67,7 @@ def main(argv=None):
     parser.add_argument("--kind", default="classifier", choices=["classifier", "mlp", "reuse"])
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--mode", default="pseudo_fp16", choices=["pseudo_fp16", "reverse"])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--top", type=int, default=20)
     args = parser.parse_args(argv)
@@ -77,7 +78,7 @@ def main(argv=None):
     disable_cpu_remapping()
     contenders = {
         label: Contender(mode, args.kind, args.width, args.dtype, args.batch, optimizer="sgd")
-        for label, mode in (("keras", "keras_mixed"), ("tfinit", "pseudo_fp16"))
+        for label, mode in (("keras", "keras_mixed"), ("tfinit", args.mode))
     }
     times, counts = profile(contenders, rounds=args.rounds)
     keys = sorted(set(times["keras"]) | set(times["tfinit"]),

@@ -213,7 +213,7 @@ def _read(param, value, grad_dtype):
         def grad(upstream):
             return tf.cast(upstream, grad_dtype), None
 
-        return tf.identity(value), grad
+        return value, grad  # tf.custom_gradient adds the identity that carries the gradient
 
     return read(param_value, param_value if value is None else value)
 
