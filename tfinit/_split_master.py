@@ -19,7 +19,9 @@ Special values: infinities, -0.0 and subnormals are exact (integer arithmetic on
 master is stored as its copy's NaN (sign kept, payload bits below the copy's dropped).
 """
 
-import tensorflow as tf
+from tfinit import _backend
+
+tf = _backend.lazy_tensorflow("splitting a float32 master (master=\"split\")")
 
 #: the largest remainder an int16 holds; a tie above an even copy is stored at this one
 MAX_REMAINDER = 0x7FFF

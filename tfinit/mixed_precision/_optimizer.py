@@ -310,8 +310,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         return finite
 
     def _finite_step(self, grads, targets, pairs):
+        _pairs.open_masters(pairs)
         self.inner_optimizer.apply(grads, targets)
-        _pairs.refresh(pairs)
+        _pairs.close_masters(pairs)
         if self.dynamic:
             grow = ops.equal(self.step_counter, GROWTH_STEPS - 1)
             self.dynamic_scale.assign(tf.where(grow, self.dynamic_scale * 2.0,
@@ -344,8 +345,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def finalize_variable_values(self, var_list):
         targets, pairs = self._targets(var_list)
+        _pairs.open_masters(pairs)
         self.inner_optimizer.finalize_variable_values(targets)
-        _pairs.refresh(pairs)
+        _pairs.close_masters(pairs)
 
     def get_config(self):
         return {
