@@ -239,3 +239,20 @@ def test_carry_weight_decay_exclusions_adds_to_the_var_list_exclusions():
     optimizer.apply([np.zeros(2, "f4"), np.zeros(2, "f4")], [new, other])
     assert new.numpy().tolist() == [1.0, 1.0], MOVED
     assert other.numpy()[0] < 1.0, MOVED
+
+
+def test_in_xla_compilation_is_true_only_while_tracing_for_xla():
+    seen = {}
+
+    def probe(key):
+        def traced(x):
+            seen[key] = internals.in_xla_compilation()
+            return x + 1
+        return traced
+
+    tf.function(probe("jit"), jit_compile=True)(tf.ones(2))
+    tf.function(probe("graph"))(tf.ones(2))
+    jit_inner = tf.function(probe("nested"), jit_compile=True)
+    tf.function(lambda x: jit_inner(x))(tf.ones(2))
+    assert internals.in_xla_compilation() is False, MOVED  # eager
+    assert seen == {"jit": True, "graph": False, "nested": True}, MOVED

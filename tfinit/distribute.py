@@ -76,13 +76,6 @@ def mean_squared_error(y_true, y_pred):
     return tf.reduce_mean(tf.square(y_pred - y_true), axis=-1)
 
 
-def _components(variable):
-    """The per-replica (local) components of a variable; a plain variable is its own one."""
-    variable = _pairs.backend_variable(variable)
-    values = getattr(variable, "values", None)
-    return list(values) if values is not None and not callable(values) else [variable]
-
-
 def replica_mismatches(model_or_variables):
     """Describe every way the local replicas disagree; an empty list means consistent.
 
@@ -104,11 +97,11 @@ def replica_mismatches(model_or_variables):
             seen.add(id(pair))
             members = pair.stored()
         for role, member in members:
-            parts = [np.asarray(c.numpy()) for c in _components(member)]
+            parts = [np.asarray(c.numpy()) for c in _pairs.components(member)]
             if any(p.tobytes() != parts[0].tobytes() for p in parts[1:]):
                 problems.append(f"{name}: {role} differs between replicas")
         if pair is not None:
-            per_replica = zip(*[_components(member) for _, member in members])
+            per_replica = zip(*[_pairs.components(member) for _, member in members])
             for replica, parts in enumerate(per_replica):
                 copy = parts[[role for role, _ in members].index("copy")]
                 cast = tf.cast(pair.master_value(list(parts)), copy.dtype).numpy()

@@ -310,6 +310,8 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         return finite
 
     def _finite_step(self, grads, targets, pairs):
+        if internals.in_xla_compilation():
+            _pairs.keep_scratches(pairs)
         _pairs.open_masters(pairs)
         self.inner_optimizer.apply(grads, targets)
         _pairs.close_masters(pairs)

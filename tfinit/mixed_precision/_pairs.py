@@ -28,13 +28,15 @@ backend_variable = internals.backend_variable
 class Pair:
     """A pair's ParameterInfo with its spec: which variables hold the master and the copy."""
 
-    __slots__ = ("info", "spec", "master_variable")
+    __slots__ = ("info", "spec", "master_variable", "scratch_kept")
 
     def __init__(self, info, spec):
         self.info = info
         self.spec = spec
         #: the master as the Keras variable an optimizer updates (``_variable.master_variable``)
         self.master_variable = None
+        #: split pairs: whether the scratch keeps its fp32 value between steps (XLA)
+        self.scratch_kept = False
 
     @property
     def master(self):
@@ -81,7 +83,10 @@ class Pair:
         value = tf.cast(value, tf.float32)
         if self.spec.is_split:
             copy, remainder = _split_master.split(value)
-            return tf.group(self.copy.assign(copy), self.remainder.assign(remainder))
+            ops = [self.copy.assign(copy), self.remainder.assign(remainder)]
+            if self.scratch_kept:
+                ops.append(_scratch(self).assign(_split_master.join(copy, remainder)))
+            return tf.group(*ops)
         self.master.assign(value)
         return refresh([self])
 
@@ -183,6 +188,33 @@ def _close_split(copy, remainder, scratch):
         return empty(scratch)
 
 
+def _close_split_kept(copy, remainder, scratch):
+    new_copy, new_remainder = _split_master.split(scratch.read_value())
+    return tf.group(copy.assign(new_copy), remainder.assign(new_remainder))
+
+
+def components(variable):
+    """The per-replica (local) components of a variable; a plain variable is its own one."""
+    variable = backend_variable(variable)
+    values = getattr(variable, "values", None)
+    return list(values) if values is not None and not callable(values) else [variable]
+
+
+def keep_scratches(pairs):
+    """For a step XLA compiles: XLA cannot change a variable's shape, so each split pair's
+    scratch is filled with its master now (eagerly, before the compiled step first runs) and
+    keeps the exact master from then on (4 more bytes per parameter): every write of the
+    master (:meth:`Pair.assign_master`, each step) writes it too."""
+    for pair in pairs:
+        if pair.spec.is_split and not pair.scratch_kept:
+            with tf.init_scope():
+                for scratch, copy, remainder in zip(components(_scratch(pair)),
+                                                    components(pair.copy),
+                                                    components(pair.remainder)):
+                    _open_split(scratch, copy, remainder)
+            pair.scratch_kept = True
+
+
 def empty_value(rank):
     """The value a split pair's scratch variable holds between steps: no element (a scalar
     pair's holds its one element)."""
@@ -229,16 +261,19 @@ def refresh(pairs):
 
 
 def open_masters(pairs):
-    """Before an optimizer step: each split pair's scratch variable <- its exact master."""
+    """Before an optimizer step: each split pair's scratch variable <- its exact master (a
+    kept scratch holds it already: refilling it inside an XLA step would let XLA fuse the
+    rebuild into the optimizer's reductions, which can then sum in another order)."""
     return _run([(_scratch(pair), _open_split, (pair.copy, pair.remainder))
-                 for pair in pairs if pair.spec.is_split])
+                 for pair in pairs if pair.spec.is_split and not pair.scratch_kept])
 
 
 def close_masters(pairs):
     """After an optimizer step: copies re-made from the updated masters; each split pair's
     master split back into (copy, remainder) and its scratch emptied."""
     refresh(pairs)
-    return _run([(pair.copy, _close_split, (pair.remainder, _scratch(pair)))
+    return _run([(pair.copy, _close_split_kept if pair.scratch_kept else _close_split,
+                  (pair.remainder, _scratch(pair)))
                  for pair in pairs if pair.spec.is_split])
 
 
