@@ -190,7 +190,9 @@ def _close_split(copy, remainder, scratch):
 
 def _close_split_kept(copy, remainder, scratch):
     new_copy, new_remainder = _split_master.split(scratch.read_value())
-    return tf.group(copy.assign(new_copy), remainder.assign(new_remainder))
+    # The kept scratch is the master (copy, remainder) hold: a tie moves 1 ulp here too.
+    return tf.group(copy.assign(new_copy), remainder.assign(new_remainder),
+                    scratch.assign(_split_master.join(new_copy, new_remainder)))
 
 
 def components(variable):
