@@ -30,11 +30,14 @@ TITLES = {
     "scaling": "Scaling: float16 training step as the width doubles (ms per step)",
     "distribute": "MirroredStrategy over 2 logical CPUs: tfinit vs Keras mixed_float16 "
                   "(ms per call of several steps)",
+    "split_master": "bfloat16 with master='split' (copy + int16 remainder): bytes per "
+                    "parameter, step time, fine-tuning quality",
 }
 
 
 def _sections():
-    from benchmarks import comparisons, distribute, fills, memory, scaling, training
+    from benchmarks import comparisons, distribute, fills, memory, scaling, split_master
+    from benchmarks import training
 
     return [
         ("comparisons", comparisons.run),
@@ -44,6 +47,7 @@ def _sections():
         ("memory", memory.run),
         ("scaling", scaling.run),
         ("distribute", distribute.run),
+        ("split_master", split_master.run),
     ]
 
 

@@ -135,6 +135,8 @@ class MasterVariable(keras.Variable):
 
     def __init__(self, paired, master, shape=None, **kwargs):
         self._paired = paired
+        #: while the inner optimizer makes this variable's state in another dtype
+        self._state_dtype = None
 
         def existing(next_creator, **_):
             return master
@@ -148,6 +150,10 @@ class MasterVariable(keras.Variable):
     @property
     def path(self):
         return getattr(self._paired, "path", None) or self.name
+
+    @property
+    def dtype(self):
+        return self._state_dtype or keras.Variable.dtype.fget(self)
 
     @property
     def constraint(self):
@@ -198,6 +204,28 @@ def _scratch_variable(pair):
                               shape=tf.TensorShape([None] * copy.shape.rank),
                               name=f"{_short_name(pair.info.param)}_fp32_scratch")
     return scratch
+
+
+#: state Keras's base optimizer keeps per variable that must stay fp32 whatever state_dtype
+FP32_STATE = ("average", "gradient_accumulator")
+
+
+def keep_state_in(optimizer, dtype):
+    """Make ``optimizer`` (an inner optimizer, this object only) store the state it makes for
+    a :class:`MasterVariable` in ``dtype``; EMA averages and gradient accumulators excepted."""
+    make = optimizer.add_variable_from_reference
+
+    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
+        if not isinstance(reference_variable, MasterVariable) or name in FP32_STATE:
+            return make(reference_variable, name=name, initializer=initializer)
+        reference_variable._state_dtype = dtype
+        try:
+            return make(reference_variable, name=name, initializer=initializer)
+        finally:
+            reference_variable._state_dtype = None
+
+    internals.set_object_method(optimizer, "add_variable_from_reference",
+                                add_variable_from_reference)
 
 
 def _short_name(variable):
