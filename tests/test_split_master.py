@@ -112,12 +112,12 @@ def _model(master, seed=7, units=(24, 5)):
 
 def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only():
     split, fp32 = _model("split"), _model("fp32")
-    for v, w in zip(split.weights, fp32.weights):
+    for v in split.weights:
         info = mp.parameter_info(v)
         assert v.dtype == "bfloat16"
         assert list(info.blob_copy) == [tf.int16]
         assert info.blob_copy[tf.int16].name.endswith(info.name + "_rem:0")
-        # same initial masters as the fp32-master scope, bit for bit
+    # same initial masters as the fp32-master scope, bit for bit
     for a, b in zip(mp.get_master_weights(split), mp.get_master_weights(fp32)):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
     # 4 bytes per parameter (fp32-master scope: 6)
@@ -232,10 +232,12 @@ def _fit_side_by_side(jit_compile, epochs=2):
         histories.append(history.masters)
         models.append(model)
     assert len(histories[0]) == len(histories[1]) == 4 * epochs
-    for batch, (want, got) in enumerate(zip(*histories)):
+    compared = 0
+    for want, got in zip(*histories):
+        compared += 1
         if _assert_equal_up_to_ties(want, got):
             break
-    return models, batch + 1
+    return models, compared
 
 
 def test_fit_trains_split_like_fp32_and_scratches_stay_empty():
