@@ -4,7 +4,8 @@
   variable's key holds its fp32 *master* (a split pair's rebuilt exactly: the same file); a
   restore sets the master bit-exactly and re-casts the copy. So an fp32 checkpoint of the
   same architecture restores exactly into a pseudo_fp16 model (fine-tuning), and restoring
-  masters into a plain 16-bit model raises TensorFlow's dtype error instead of dropping them. A reverse variable is the master itself.
+  masters into a plain 16-bit model raises TensorFlow's dtype error instead of dropping them.
+  A reverse variable is the master itself.
 - ``tf.saved_model.save`` / ``model.export``: every variable is written as what it is (the
   16-bit copy as 16-bit), so the artifact loads and serves; functions traced for it read the
   reverse copy through Keras's cast, so the copy need not be in the artifact.
