@@ -197,6 +197,9 @@ def run(mode):
                       quality_width=256, quality_steps=400)}[mode]
     rows = memory_rows(s["width"], s["peak"])
     rows.append(time_row(s["time_width"], s["batch"], s["repeats"], s["steps"]))
+    if mode != "smoke":
+        rows.append(time_row(s["time_width"], s["batch"], s["repeats"], s["steps"],
+                             jit_compile=True))
     rows.extend(quality_rows(s["quality_width"], s["quality_steps"]))
     return rows
 

@@ -44,7 +44,8 @@ def split(master):
     copy = tf.cast(master, tf.bfloat16)
     difference = tf.bitcast(master, tf.int32) - _widened_bits(copy)
     difference = tf.minimum(difference, MAX_REMAINDER)  # the tie above an even copy
-    difference = tf.where(tf.math.is_nan(master), tf.zeros_like(difference), difference)
+    # A NaN master's difference can be anything: int16 keeps its low bits, and the copy's
+    # NaN (its fraction's top bit set) plus any of them is still a NaN of the same sign.
     return copy, tf.cast(difference, tf.int16)
 
 
