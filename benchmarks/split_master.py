@@ -11,8 +11,9 @@ Schemes, each an MLP trained with Adam in a compiled step (``benchmarks.training
 Three tables:
 
 - memory: bytes per parameter of every ``tf.Variable`` the scheme holds after its steps
-  (what each holds now: a split pair's scratch variable holds nothing between steps), and the
-  peak resident memory of a step above the memory held before it, in a fresh process each;
+  (what each holds now: a split pair's scratch variable holds nothing between steps), and, in
+  a fresh process each, TensorFlow's allocator figures (CPU: its BFC allocator, turned on for
+  that process): bytes in use between steps and the peak during a step, per parameter;
 - step time: split against ``master="fp32"`` and against Keras ``mixed_bfloat16``;
 - training quality: the loss after the same steps from the same weights, on fine-tuning at a
   small learning rate (a teacher network's weights perturbed by 1 %, Adam at 1e-4), where
@@ -61,8 +62,10 @@ def variable_bytes(scheme, width):
 
 
 def step_peak(scheme, width, steps=3):
-    """Run :func:`_peak_child` in a fresh process: ``(held, step_peak)`` bytes per parameter."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    """Run :func:`_peak_child` in a fresh process: bytes per parameter TensorFlow holds after
+    a step, and its peak during a step."""
+    # TensorFlow's CPU allocator keeps statistics only when it is its BFC allocator.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_CPU_ALLOCATOR_USE_BFC="true")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-m", "benchmarks.split_master", scheme, str(width),
@@ -73,38 +76,20 @@ def step_peak(scheme, width, steps=3):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("no VmHWM")
-
-
 def _peak_child(scheme, width, steps):
-    """In this (fresh) process: build, step once (traces), then measure: the resident memory
-    the model + optimizer add (before -> after the first step), and the peak of ``steps``
-    more steps above the memory held before them (``VmHWM`` reset just before)."""
-    import gc
-
-    gc.collect()
-    start = _rss()
+    """In this (fresh) process: build and step once (traces), then read TensorFlow's allocator:
+    the bytes in use between steps (variables and what else persists) and the peak during
+    ``steps`` more steps, per parameter (GPU: the first GPU's allocator)."""
+    device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
     made = contender(scheme, width, batch=8)
     made.run()
-    gc.collect()
-    held = _rss() - start
-    params = memory.parameter_count(made.model)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := current RSS
-    before = _rss()
+    held = tf.config.experimental.get_memory_info(device)["current"]
+    tf.config.experimental.reset_memory_stats(device)
     made.run(steps)
-    peak = _hwm() - before
-    print(json.dumps({"params": params, "held_per_param": round(held / params, 2),
+    peak = tf.config.experimental.get_memory_info(device)["peak"]
+    params = memory.parameter_count(made.model)
+    print(json.dumps({"params": params, "device": device,
+                      "held_per_param": round(held / params, 2),
                       "step_peak_per_param": round(peak / params, 2)}))
 
 
@@ -117,7 +102,7 @@ def memory_rows(width, peak_width):
                **{f"{dtype}_bytes_per_param": b for dtype, b in by_dtype.items()}}
         if peak_width:
             peak = step_peak(scheme, peak_width)
-            row.update({"peak_width": peak_width, "rss_held_per_param": peak["held_per_param"],
+            row.update({"peak_width": peak_width, "held_per_param": peak["held_per_param"],
                         "step_peak_per_param": peak["step_peak_per_param"]})
         rows.append(row)
     return rows
