@@ -17,7 +17,8 @@ import pytest  # noqa: E402
 from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.training import MODELS  # noqa: E402
 
-SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute"]
+SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute",
+            "split_master"]
 
 
 @pytest.fixture(scope="module")
@@ -243,3 +244,25 @@ def test_given_tensor_fill_loads_with_one_copy():
     (row,) = fills.load_memory("smoke", methods=["GivenTensorFill"], mebi_floats=8)
     assert not row["bound_only"], row
     assert 0.95 <= row["copies"] < 1.5, row
+
+
+def test_split_master_rows_hold_12_and_8_bytes_per_parameter_and_compare_quality(results):
+    rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["split_master"]
+            if ": " in r["name"] and "MLP width 16, Adam" in r["name"]}
+    # Adam: weight 4 (Keras) / 2 + 4 (fp32 master) / 2 + 2 (split) + two 4-byte slots (or
+    # two 2-byte ones with bfloat16 state); a few scalar variables on top
+    expected = {"mixed_bfloat16 (Keras)": 12, "pseudo_fp16 fp32-master": 14, "split": 12,
+                "split + bf16 state": 8}
+    for scheme, want in expected.items():
+        assert rows[scheme]["bytes_per_param"] == pytest.approx(want, abs=0.05), scheme
+    assert rows["split"]["int16_bytes_per_param"] == 2.0
+    assert "int16_bytes_per_param" not in rows["pseudo_fp16 fp32-master"]
+    timed = [r for r in results[0]["sections"]["split_master"] if "ratio" in r]
+    assert len(timed) == 1 and _positive(timed[0]["ratio_vs_fp32_master"])
+    quality = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["split_master"]
+               if r["name"].startswith("fine-tune")}
+    assert len(quality) == 6
+    # plain bfloat16 weights lose every update of fine-tuning at lr 1e-4; masters keep them
+    assert quality["bfloat16 (Keras, no master)"]["final_over_first"] == 1.0
+    for scheme in ("pseudo_fp16 fp32-master", "split", "split + bf16 state"):
+        assert quality[scheme]["final_over_first"] < 0.9, scheme
