@@ -413,3 +413,37 @@ def test_early_stopping_restores_the_exact_best_masters():
     epoch = min(best, key=lambda e: best[e][0])
     assert epoch < max(best)  # the restore goes back
     _same(model, best[epoch][1])
+
+
+def test_a_caffe2_model_converted_in_a_split_scope_loads_exactly_and_trains():
+    import caffe2_nets as nets
+    from tfinit.caffe2 import to_keras
+
+    folder = nets.realmodels_dir()
+    ref = np.load(folder / "char_rnn_forward.npz", allow_pickle=False)
+    names = ("input_blob", "hidden_init", "cell_init", "seq_lengths")
+    shapes = {n: ref[f"input/{n}"].shape[1:] for n in names}
+    models = {}
+    for master in ("fp32", "split"):
+        with mp.scope(**(SPLIT if master == "split" else FP32)):
+            models[master] = to_keras(folder / "char_rnn_predict_net.pb",
+                                      folder / "char_rnn_init_net.pb", shapes)
+    for a, b in zip(mp.get_master_weights(models["fp32"]),
+                    mp.get_master_weights(models["split"])):
+        assert a.tobytes() == b.tobytes()  # Caffe2's fp32 values, exactly, in both
+    feed = [ref[f"input/{n}"] for n in names]
+    for model in models.values():
+        optimizer = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1))
+
+        @tf.function
+        def step(model=model, optimizer=optimizer):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.cast(model(feed)[3], tf.float32) ** 2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        losses = [float(step()) for _ in range(3)]
+        assert losses[-1] < losses[0]
+    assert _assert_equal_up_to_ties(mp.get_master_weights(models["fp32"]),
+                                    mp.get_master_weights(models["split"])) == 0
