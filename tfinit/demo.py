@@ -141,7 +141,6 @@ def _persistent_bytes(model, optimizer, stored):
 
 
 def train(name, setup, data, epochs, progbar):
-    import keras
     import tensorflow as tf
 
     x, y = data
