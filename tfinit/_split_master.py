@@ -28,8 +28,14 @@ MAX_REMAINDER = 0x7FFF
 
 
 def _widened_bits(copy):
-    """The bits of ``copy`` (bfloat16) widened to float32, as int32 (exact)."""
-    return tf.bitcast(tf.cast(copy, tf.float32), tf.int32)
+    """The bits of ``copy`` (bfloat16) widened to float32, as int32 (exact).
+
+    Integer operations on the copy's own bits, not ``cast(copy, float32)``: XLA may fold a
+    float32 -> bfloat16 -> float32 round trip into the float32 itself ("excess precision",
+    measured with TensorFlow 2.16), which would lose the rounding the remainder measures.
+    """
+    bits = tf.cast(tf.bitcast(copy, tf.uint16), tf.uint32)
+    return tf.bitcast(tf.bitwise.left_shift(bits, tf.constant(16, tf.uint32)), tf.int32)
 
 
 def join(copy, remainder):
