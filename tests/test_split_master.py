@@ -185,8 +185,27 @@ OPTIMIZERS = {
 }
 
 
+def _keras_trains_with(make_optimizer):
+    """Whether Keras's own optimizer trains a plain Keras model here (Keras 3.10's Muon reads
+    ``path`` from the tf.Variable it is given and fails on TensorFlow, with or without tfinit)."""
+    layer = keras.layers.Dense(2)
+    layer.build((None, 3))
+    try:
+        make_optimizer().apply([tf.ones((3, 2)), tf.ones((2,))], layer.trainable_variables)
+    except AttributeError:
+        return False
+    return True
+
+
+def _optimizer_case(name):
+    if _keras_trains_with(OPTIMIZERS[name]):
+        return name
+    return pytest.param(name, marks=pytest.mark.xfail(
+        strict=True, reason=f"Keras {keras.__version__}'s own {name} fails on TensorFlow"))
+
+
 @pytest.mark.parametrize("context", ["eager", "function", "jit"])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("name", [_optimizer_case(n) for n in sorted(OPTIMIZERS)])
 def test_split_masters_equal_fp32_masters_bit_for_bit(name, context):
     updates, ties = train_side_by_side(OPTIMIZERS[name], context)
     assert updates == 6 * (10 * 24 + 24 + 24 * 5 + 5)
