@@ -9,6 +9,8 @@ Which variables pair up:
   Caffe2's PseudoFP16Initializer did.
 - reverse: trainable float32 variables; the variable returned is fp32 and a 16-bit copy
   rides along. Layers compute in the 16-bit dtype.
+- ``master="split"`` (pseudo_fp16, bfloat16): as pseudo_fp16, with an int16 remainder
+  variable in place of the fp32 master (``tfinit._split_master``).
 - Untouched: non-trainable variables, integer variables, float64, and Keras variables
   requested in float32 in pseudo_fp16 mode (layers explicitly in float32, normalization).
 
