@@ -236,15 +236,15 @@ class _History(keras.callbacks.Callback):
         self.masters.append(mp.get_master_weights(self.model))
 
 
-def _fit_side_by_side(jit_compile, epochs=2):
+def _fit_side_by_side(jit_compile, epochs=2, make_optimizer=lambda: keras.optimizers.Adam(1e-3),
+                      with_last_batch=False):
     """Fit an fp32-master and a split model; compare their masters after every batch up to
     the first batch with a tie (after a tie the runs differ by that ulp)."""
     x, y = _data(64)
     histories, models = [], []
     for master in ("fp32", "split"):
         model = _model(master)
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse",
-                      jit_compile=jit_compile)
+        model.compile(optimizer=make_optimizer(), loss="mse", jit_compile=jit_compile)
         history = _History()
         model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, shuffle=False,
                   callbacks=[history])
@@ -256,6 +256,8 @@ def _fit_side_by_side(jit_compile, epochs=2):
         compared += 1
         if _assert_equal_up_to_ties(want, got):
             break
+    if with_last_batch:
+        return models, compared, histories[1][-1]
     return models, compared
 
 
@@ -265,6 +267,19 @@ def test_fit_trains_split_like_fp32_and_scratches_stay_empty():
     pairs = _pairs.pairs_of(models[1].weights)
     assert all(int(tf.size(p.master_variable)) == 0 for p in pairs)  # nothing kept in fp32
     assert isinstance(models[1].optimizer, mp.MasterWeightOptimizer)
+
+
+def test_fit_ends_with_the_ema_of_the_masters_as_with_fp32_masters():
+    # Keras's fit ends with finalize_variable_values: the EMA overwrites the masters.
+    models, compared, last_batch = _fit_side_by_side(
+        jit_compile=False, with_last_batch=True,
+        make_optimizer=lambda: keras.optimizers.AdamW(1e-2, use_ema=True, ema_momentum=0.5))
+    assert compared == 8
+    final = mp.get_master_weights(models[1])
+    assert all(a.tobytes() != b.tobytes() for a, b in zip(final, last_batch))  # EMA applied
+    assert _assert_equal_up_to_ties(mp.get_master_weights(models[0]), final) == 0
+    for pair in _pairs.pairs_of(models[1].weights):
+        assert int(tf.size(pair.master_variable)) == 0
 
 
 def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
