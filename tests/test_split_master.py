@@ -481,3 +481,24 @@ def test_a_caffe2_model_converted_in_a_split_scope_loads_exactly_and_trains():
         assert losses[-1] < losses[0]
     assert _assert_equal_up_to_ties(mp.get_master_weights(models["fp32"]),
                                     mp.get_master_weights(models["split"])) == 0
+
+
+def test_bfloat16_optimizer_state_for_masters_only_and_its_bad_values():
+    model = _model("split")
+    opt = mp.MasterWeightOptimizer(
+        keras.optimizers.Adam(1e-3, use_ema=True, gradient_accumulation_steps=2),
+        state_dtype="bfloat16")
+    opt.build(model.trainable_variables)
+    dtypes = {}
+    for v in opt.inner_optimizer.variables:
+        kind = v.name.rsplit("_", 1)[-1]
+        dtypes.setdefault(kind, set()).add(v.dtype)
+    assert dtypes["momentum"] == dtypes["velocity"] == {"bfloat16"}
+    assert dtypes["average"] == dtypes["accumulator"] == {"float32"}
+    x, y = _data()
+    _stepper(model, opt, "function")(x, y)
+    restored = mp.MasterWeightOptimizer.from_config(opt.get_config())
+    assert restored.state_dtype == "bfloat16"
+    with pytest.raises(ValueError, match=r"argument `state_dtype` must be None, 'float32' or "
+                                         r"'bfloat16'\. Received: state_dtype='float16'"):
+        mp.MasterWeightOptimizer(keras.optimizers.Adam(), state_dtype="float16")
