@@ -150,7 +150,7 @@ def _bits(arrays):
     return [a.view(np.uint32).copy() for a in arrays]
 
 
-def train_side_by_side(make_optimizer, context, steps=6):
+def train_side_by_side(make_optimizer, context, steps=6, ulps=0):
     """Step an fp32-master and a split model together; returns (elements updated, ties).
 
     After each step the split masters must equal the fp32-master ones bit for bit, except
@@ -166,7 +166,7 @@ def train_side_by_side(make_optimizer, context, steps=6):
             fn(x, y)
         want = mp.get_master_weights(models[0])
         got = mp.get_master_weights(models[1])
-        ties += _assert_equal_up_to_ties(want, got)
+        ties += _assert_equal_up_to_ties(want, got, ulps)
         updates += sum(w.size for w in want)
         for v, c in zip(models[0].weights, models[1].weights):  # same copies always
             assert v.numpy().tobytes() == c.numpy().tobytes()
@@ -207,26 +207,29 @@ def _optimizer_case(name):
 @pytest.mark.parametrize("context", ["eager", "function", "jit"])
 @pytest.mark.parametrize("name", [_optimizer_case(n) for n in sorted(OPTIMIZERS)])
 def test_split_masters_equal_fp32_masters_bit_for_bit(name, context):
+    ulps = 0
     if (name, context) == ("adafactor", "jit") and tf.__version__.startswith("2.16."):
-        # Measured: XLA of TensorFlow 2.16 fuses Adafactor's update differently around the
-        # two ways of storing the master and rounds 4 of the 24 first-bias elements 1 ulp
-        # apart; TensorFlow 2.21's XLA gives the same bits.
-        with pytest.raises(AssertionError, match="Mismatched elements"):
-            train_side_by_side(OPTIMIZERS[name], context)
-        return
-    updates, ties = train_side_by_side(OPTIMIZERS[name], context)
+        # Measured: XLA of TensorFlow 2.16 sometimes (depending on what the process compiled
+        # before) rounds Adafactor's update 1 ulp apart between the two ways of storing the
+        # master (4 of the 24 first-bias elements); TensorFlow 2.21's XLA gives the same bits.
+        ulps = 1
+    updates, ties = train_side_by_side(OPTIMIZERS[name], context, ulps=ulps)
     assert updates == 6 * (10 * 24 + 24 + 24 * 5 + 5)
     # Ties are rare (they need 16 exact low bits); none is expected in ~2,300 updates.
     assert ties <= 2, ties
 
 
-def _assert_equal_up_to_ties(want, got):
-    """``got`` (split masters) == ``want`` (fp32-master ones) bit for bit, ties 1 ulp toward
-    their copy; returns the number of ties."""
+def _assert_equal_up_to_ties(want, got, ulps=0):
+    """``got`` (split masters) == ``want`` (fp32-master ones) bit for bit (or within ``ulps``),
+    ties 1 ulp toward their copy; returns the number of ties."""
     ties = 0
     for w, g in zip(_bits(want), _bits(got)):
         tie = ((w & 0xFFFF) == 0x8000) & (((w >> 16) & 1) == 0)
-        np.testing.assert_array_equal(g[~tie], w[~tie])
+        if ulps:
+            apart = np.abs(g.astype(np.int64) - w.astype(np.int64))
+            assert apart[~tie].max() <= ulps
+        else:
+            np.testing.assert_array_equal(g[~tie], w[~tie])
         np.testing.assert_array_equal(g[tie], w[tie] - 1)
         ties += int(tie.sum())
     return ties
