@@ -43,7 +43,8 @@ def bytes_by_dtype(variables):
     """Bytes of ``variables`` by dtype name."""
     by_dtype = {}
     for v in variables:
-        by_dtype[v.dtype.name] = by_dtype.get(v.dtype.name, 0) + int(np.prod(v.shape)) * \
+        # the size of what the variable holds now (a split pair's scratch: nothing)
+        by_dtype[v.dtype.name] = by_dtype.get(v.dtype.name, 0) + int(tf.size(v)) * \
             v.dtype.size
     return by_dtype
 

@@ -32,11 +32,14 @@ TITLES = {
                   "(ms per call of several steps)",
     "caffe2_import": "Caffe2 model-zoo-sized nets (VGG-19, ResNet-50): load_init_net vs a bare "
                      "protobuf parse, its peak memory, to_keras vs the same layers by hand",
+    "split_master": "bfloat16 with master='split' (copy + int16 remainder): bytes per "
+                    "parameter, step time, fine-tuning quality",
 }
 
 
 def _sections():
-    from benchmarks import caffe2_import, comparisons, distribute, fills, memory, scaling, training
+    from benchmarks import (caffe2_import, comparisons, distribute, fills, memory, scaling,
+                            split_master, training)
 
     return [
         ("comparisons", comparisons.run),
@@ -47,6 +50,7 @@ def _sections():
         ("scaling", scaling.run),
         ("distribute", distribute.run),
         ("caffe2_import", caffe2_import.run),
+        ("split_master", split_master.run),
     ]
 
 

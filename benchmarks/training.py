@@ -26,7 +26,7 @@ from tfinit import mixed_precision as mp
 MODELS = ("mlp", "reuse")
 KINDS = (*MODELS, "classifier")
 REUSE = 16
-MODES = ("fp32", "keras_mixed", "pseudo_fp16", "reverse")
+MODES = ("fp32", "keras_mixed", "keras_16bit", "pseudo_fp16", "reverse")
 
 
 def build_model(kind, width, depth=4):
@@ -59,12 +59,13 @@ def inner_optimizer(name):
     raise ValueError(f"optimizer must be 'adam' or 'sgd', got {name!r}")
 
 
-def build_in_mode(mode, compute_dtype, builder):
-    """``builder()`` run under ``mode``'s precision: a tfinit scope or a Keras policy."""
+def build_in_mode(mode, compute_dtype, builder, master="fp32"):
+    """``builder()`` run under ``mode``'s precision: a tfinit scope (``master``: how it stores
+    its masters) or a Keras policy (``keras_16bit``: Keras's plain 16-bit policy, no master)."""
     if mode in ("pseudo_fp16", "reverse"):
-        with mp.scope(mode, compute_dtype):
+        with mp.scope(mode, compute_dtype, master=master):
             return builder()
-    policy = "float32" if mode == "fp32" else f"mixed_{compute_dtype}"
+    policy = {"fp32": "float32", "keras_16bit": compute_dtype}.get(mode, f"mixed_{compute_dtype}")
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
@@ -73,11 +74,12 @@ def build_in_mode(mode, compute_dtype, builder):
         keras.config.set_dtype_policy(previous)
 
 
-def wrap_optimizer(mode, compute_dtype, inner):
+def wrap_optimizer(mode, compute_dtype, inner, state_dtype=None):
     """What trains ``mode``: MasterWeightOptimizer for tfinit, LossScaleOptimizer for Keras's
     mixed_float16 (as ``compile`` wraps it), the plain optimizer otherwise."""
     if mode in ("pseudo_fp16", "reverse"):
-        return mp.MasterWeightOptimizer(inner)  # "auto": dynamic for float16, off for bfloat16
+        # "auto": dynamic for float16, off for bfloat16
+        return mp.MasterWeightOptimizer(inner, state_dtype=state_dtype)
     if mode == "keras_mixed" and compute_dtype == "float16":
         return keras.optimizers.LossScaleOptimizer(inner)
     return inner
@@ -87,13 +89,16 @@ class Contender:
     """A model, its optimizer and a compiled train step for one precision mode."""
 
     def __init__(self, mode, kind, width, compute_dtype="float16", batch=64, seed=0,
-                 optimizer="adam", builder=None, jit_compile=False):
+                 optimizer="adam", builder=None, jit_compile=False, master="fp32",
+                 state_dtype=None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         keras.utils.set_random_seed(seed)
         builder = builder or (lambda: build_model(kind, width))
-        self.model = build_in_mode(mode, compute_dtype, builder)
-        self.optimizer = wrap_optimizer(mode, compute_dtype, inner_optimizer(optimizer))
+        self.model = build_in_mode(mode, compute_dtype, builder, master)
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            optimizer = inner_optimizer(optimizer)
+        self.optimizer = wrap_optimizer(mode, compute_dtype, optimizer, state_dtype)
         variables = self.model.trainable_variables
         self.optimizer.build(variables)
         rng = np.random.default_rng(seed)

@@ -52,7 +52,7 @@ def _masters(model):
     out = {}
     for i, v in enumerate(model.trainable_variables):
         master = _pairs.master_of(mp.parameter_info(v))
-        out[f"{i}:{v.name}"] = np.asarray(tfd._components(master)[0].numpy())
+        out[f"{i}:{v.name}"] = np.asarray(_pairs.components(master)[0].numpy())
     return out
 
 
@@ -161,7 +161,7 @@ def check_seeded_fills():
     consistent = tfd.replica_mismatches(mirrored)
     # Negative control for replica_mismatches: nudge replica 1's master of one kernel.
     master = _pairs.master_of(mp.parameter_info(mirrored.layers[0].kernel))
-    component = tfd._components(master)[1]
+    component = _pairs.components(master)[1]
     component.assign(component + 1e-3)
     return {
         "perturbed_mismatches": tfd.replica_mismatches(mirrored),
@@ -170,7 +170,7 @@ def check_seeded_fills():
         "seeded_equal_fill": {k: got[k].tobytes() == np.asarray(v).tobytes()
                               for k, v in expected.items()},
         "seeded_equal_one_device": {k: got[k].tobytes() == one[k].tobytes() for k in expected},
-        "replica_devices": [c.device for c in tfd._components(
+        "replica_devices": [c.device for c in _pairs.components(
             _pairs.master_of(mp.parameter_info(mirrored.layers[0].kernel)))],
     }
 

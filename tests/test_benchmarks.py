@@ -18,10 +18,12 @@ from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.training import MODELS  # noqa: E402
 
 SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute",
-            "caffe2_import"]
+            "caffe2_import", "split_master"]
 
 
 @pytest.fixture(scope="module")
+
+
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     assert bench_run.main(["--smoke", "--out", str(out)]) == 0
@@ -34,6 +36,8 @@ def _positive(value):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_every_section_is_written(results):
     data, md = results
     assert data["mode"] == "smoke"
@@ -46,6 +50,8 @@ def test_every_section_is_written(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_timed_rows_have_finite_positive_times_and_ratios(results):
     data, _ = results
     for name in ("comparisons", "fills", "training", "scaling", "distribute"):
@@ -61,6 +67,8 @@ def test_timed_rows_have_finite_positive_times_and_ratios(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_fills_cover_every_pair_and_given_values(results):
     names = [r["name"] for r in results[0]["sections"]["fills"]]
     for fill in ("XavierFill", "MSRAFill", "GaussianFill", "UniformFill", "ConstantFill",
@@ -69,6 +77,8 @@ def test_fills_cover_every_pair_and_given_values(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_training_covers_both_models_and_dtypes_with_fp32(results):
     rows = results[0]["sections"]["training"]
     seen = {(kind, dtype) for kind in MODELS for dtype in ("float16", "bfloat16")
@@ -85,6 +95,8 @@ def test_training_covers_both_models_and_dtypes_with_fp32(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_scaling_doubles_the_width(results):
     rows = results[0]["sections"]["scaling"]
     for kind in MODELS:
@@ -93,6 +105,8 @@ def test_scaling_doubles_the_width(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_memory_bytes_per_parameter_follow_the_dtypes(results):
     rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["memory"]}
     # fp32 weight + Adam's two fp32 slots = 12 bytes; a 16-bit copy adds 2. Scalars (step
@@ -106,6 +120,8 @@ def test_memory_bytes_per_parameter_follow_the_dtypes(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_load_memory_rows(results):
     rows = results[0]["sections"]["load_memory"]
     assert [r["name"].split(": ", 1)[1] for r in rows][:2] == ["tf.Variable(array)",
@@ -117,6 +133,8 @@ def test_load_memory_rows(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
+
+
 def test_comparisons_give_each_ratio_its_target(results):
     rows = results[0]["sections"]["comparisons"]
     names = [r["name"] for r in rows]
@@ -149,6 +167,8 @@ def test_gpu_benchmark_without_a_gpu_says_so_and_exits_0(monkeypatch, capsys, tm
 
 
 @pytest.mark.slow  # a benchmark
+
+
 def test_gpu_benchmark_models_and_steps_run_on_cpu(monkeypatch, tmp_path):
     """The --gpu code path at tiny sizes on the CPU (internal --allow-cpu), so it can't rot."""
     from benchmarks import gpu
@@ -199,6 +219,8 @@ def test_median_interval_covers_the_true_median_95_percent_of_the_time():
 
 
 @pytest.mark.slow  # a benchmark
+
+
 def test_op_profile_attributes_the_finite_check_to_tfinit(capsys):
     """`python -m benchmarks.profile_ops` reads real tf.profiler traces: the step's MatMuls
     appear on both sides; float16: the finiteness check's sums only on tfinit's (Keras's
@@ -243,6 +265,8 @@ def test_markdown_table_lists_union_of_columns():
 
 
 @pytest.mark.slow  # a benchmark: peak memory of subprocess loads
+
+
 def test_given_tensor_fill_loads_with_one_copy():
     """Peak memory (not time): a 32 MiB GivenTensorFill variable costs about one array.
 
@@ -262,3 +286,25 @@ def test_self_timed_contenders_report_the_seconds_they_return():
 
     row = compare("x", lambda: 0.002, lambda: 0.004, repeats=5, self_timed=True)
     assert row["ours_ms"] == 2.0 and row["baseline_ms"] == 4.0 and row["ratio"] == 0.5
+
+
+def test_split_master_rows_hold_12_and_8_bytes_per_parameter_and_compare_quality(results):
+    rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["split_master"]
+            if ": " in r["name"] and "MLP width 16, Adam" in r["name"]}
+    # Adam: weight 4 (Keras) / 2 + 4 (fp32 master) / 2 + 2 (split) + two 4-byte slots (or
+    # two 2-byte ones with bfloat16 state); a few scalar variables on top
+    expected = {"mixed_bfloat16 (Keras)": 12, "pseudo_fp16 fp32-master": 14, "split": 12,
+                "split + bf16 state": 8}
+    for scheme, want in expected.items():
+        assert rows[scheme]["bytes_per_param"] == pytest.approx(want, abs=0.05), scheme
+    assert rows["split"]["int16_bytes_per_param"] == 2.0
+    assert "int16_bytes_per_param" not in rows["pseudo_fp16 fp32-master"]
+    timed = [r for r in results[0]["sections"]["split_master"] if "ratio" in r]
+    assert len(timed) == 1 and _positive(timed[0]["ratio_vs_fp32_master"])
+    quality = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["split_master"]
+               if r["name"].startswith("fine-tune")}
+    assert len(quality) == 6
+    # plain bfloat16 weights lose every update of fine-tuning at lr 1e-4; masters keep them
+    assert quality["bfloat16 (Keras, no master)"]["final_over_first"] == 1.0
+    for scheme in ("pseudo_fp16 fp32-master", "split", "split + bf16 state"):
+        assert quality[scheme]["final_over_first"] < 0.9, scheme

@@ -267,3 +267,20 @@ def test_checkpoint_object_graph_maps_attribute_paths_to_keys(tmp_path):
 def test_autocasts_reads_back_the_variable_flag():
     assert internals.autocasts(keras.Variable(np.ones(2, "f4"))) is True, MOVED
     assert internals.autocasts(keras.Variable(np.ones(2, "f4"), autocast=False)) is False, MOVED
+
+
+def test_in_xla_compilation_is_true_only_while_tracing_for_xla():
+    seen = {}
+
+    def probe(key):
+        def traced(x):
+            seen[key] = internals.in_xla_compilation()
+            return x + 1
+        return traced
+
+    tf.function(probe("jit"), jit_compile=True)(tf.ones(2))
+    tf.function(probe("graph"))(tf.ones(2))
+    jit_inner = tf.function(probe("nested"), jit_compile=True)
+    tf.function(lambda x: jit_inner(x))(tf.ones(2))
+    assert internals.in_xla_compilation() is False, MOVED  # eager
+    assert seen == {"jit": True, "graph": False, "nested": True}, MOVED

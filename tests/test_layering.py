@@ -14,7 +14,7 @@ LAYERS = [
     ["_versions", "_backend", "_fans", "_caffe2_rng", "_caffe2_types", "_args", "registry",
      "_precision", "_keras_internals", "caffe2._netdef", "caffe2._memory", "caffe2._progress"],
     # exact casts; the records and sources of values
-    ["_exact", "parameter_info", "sources"],
+    ["_exact", "parameter_info", "sources", "_split_master"],
     # where create_param tracks its variables
     ["_init_net"],
     # the random streams; the Fill base class

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import get_autocast_scope
-from tensorflow.python.ops import control_flow_v2_func_graphs
+from tensorflow.python.ops import control_flow_util, control_flow_v2_func_graphs
 from tensorflow.python.saved_model import save_context
 
 VERSIONS = f"Keras {keras.__version__}, TensorFlow {tf.__version__}"
@@ -298,6 +298,15 @@ def checkpoint_object_graph(serialized):
     graph.ParseFromString(serialized)
     return [(attr.full_name, attr.checkpoint_key)
             for node in graph.nodes for attr in node.attributes]
+
+
+def in_xla_compilation():
+    # Public stand-in: none; TensorFlow does not say whether the function being traced will
+    # be compiled by XLA (`tf.function(jit_compile=True)`, Keras's `jit_compile`).
+    """True while tracing code that XLA compiles (a ``jit_compile=True`` function or inside)."""
+    if tf.executing_eagerly():
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def is_trackable(obj):

@@ -7,6 +7,13 @@ A :class:`PairSpec` says which mode a pair follows and which 16-bit dtype its co
 - ``Mode.REVERSE`` (Caffe2's ReversePseudoFP16Initializer): the code sees the fp32
   variable (the master); the 16-bit copy rides along.
 
+A pair keeps its fp32 master in one of two ways (:class:`Master`):
+
+- ``Master.FP32`` (the default): a float32 variable beside the 16-bit copy.
+- ``Master.SPLIT`` (pseudo_fp16 with bfloat16 only): no float32 variable; the bfloat16 copy
+  is the master's top half (rounded to nearest even) and an int16 *remainder* variable holds
+  the rest, so the master is rebuilt exactly from the two (``tfinit._split_master``).
+
 Dtypes are dtype *names* here (``"float16"``, ``"bfloat16"``, ``"float32"``), so this module
 runs on every Keras backend. Strings, ``tf.DType``, numpy dtypes and ``ml_dtypes.bfloat16``
 are all accepted by :func:`parse_compute_dtype`.
@@ -34,12 +41,31 @@ class Mode(enum.Enum):
 MODES = tuple(mode.value for mode in Mode)
 
 
+class Master(enum.Enum):
+    """How a pair stores its fp32 master."""
+
+    FP32 = "fp32"
+    SPLIT = "split"
+
+
+MASTERS = tuple(master.value for master in Master)
+#: the dtype of a split pair's remainder variable, and its name suffix
+REMAINDER_DTYPE = "int16"
+REMAINDER_SUFFIX = "_rem"
+
+
 @dataclasses.dataclass(frozen=True)
 class PairSpec:
-    """One pair's rules: its mode and the 16-bit dtype of its copy."""
+    """One pair's rules: its mode, the 16-bit dtype of its copy, how its master is stored."""
 
     mode: Mode
     compute_dtype: str
+    master: Master = Master.FP32
+
+    @property
+    def is_split(self):
+        """True when the master is the bfloat16 copy plus an int16 remainder (no fp32 variable)."""
+        return self.master is Master.SPLIT
 
     @property
     def is_pseudo(self):
@@ -53,13 +79,16 @@ class PairSpec:
 
     @property
     def other_dtype(self):
-        """The dtype of the variable in ``ParameterInfo.blob_copy``."""
+        """The dtype of the variable in ``ParameterInfo.blob_copy`` (split: the remainder's)."""
+        if self.is_split:
+            return REMAINDER_DTYPE
         return MASTER_DTYPE if self.is_pseudo else self.compute_dtype
 
     @property
     def other_suffix(self):
-        """The name suffix of the ``blob_copy`` variable (``_fp32``, ``_fp16``, ``_bf16``)."""
-        return SUFFIXES[self.other_dtype]
+        """The name suffix of the ``blob_copy`` variable (``_fp32``, ``_fp16``, ``_bf16``,
+        split: ``_rem``)."""
+        return REMAINDER_SUFFIX if self.is_split else SUFFIXES[self.other_dtype]
 
     @property
     def keras_policy_name(self):
@@ -105,6 +134,41 @@ def parse_compute_dtype(compute_dtype, who):
     return name
 
 
-def pair_spec(mode, compute_dtype, who):
-    """The :class:`PairSpec` of ``mode`` and ``compute_dtype``, both checked."""
-    return PairSpec(parse_mode(mode, who), parse_compute_dtype(compute_dtype, who))
+def parse_master(master, who):
+    """``master`` (a string or a :class:`Master`) as a :class:`Master`.
+
+    Raises:
+        ValueError: ``master`` is neither ``"fp32"`` nor ``"split"``.
+    """
+    if isinstance(master, Master):
+        return master
+    for known in Master:
+        if master == known.value:
+            return known
+    raise ValueError(
+        f"{who}: argument `master` must be one of {MASTERS}. Received: master={master!r}")
+
+
+def pair_spec(mode, compute_dtype, who, master=Master.FP32):
+    """The :class:`PairSpec` of ``mode``, ``compute_dtype`` and ``master``, all checked.
+
+    Raises:
+        ValueError: a bad argument, or ``master="split"`` with float16 or in reverse mode.
+    """
+    spec = PairSpec(parse_mode(mode, who), parse_compute_dtype(compute_dtype, who),
+                    parse_master(master, who))
+    if spec.is_split and spec.compute_dtype != "bfloat16":
+        raise ValueError(
+            f"{who}: argument `master` must be 'fp32' when compute_dtype="
+            f"{spec.compute_dtype!r}: a split master is a bfloat16 copy plus a 16-bit "
+            "remainder, and only bfloat16 is the top half of a float32 (float16 has another "
+            "exponent and fraction). Received: master='split'"
+        )
+    if spec.is_split and not spec.is_pseudo:
+        raise ValueError(
+            f"{who}: argument `master` must be 'fp32' in mode='reverse': there the variable "
+            "the code sees is the fp32 master itself, so there is no separate master to "
+            "split. Use mode='pseudo_fp16' with compute_dtype='bfloat16'. "
+            "Received: master='split'"
+        )
+    return spec

@@ -204,10 +204,12 @@ def build_parser():
 
     demo = commands.add_parser(
         "demo",
-        help="train one model in fp32, plain 16-bit and pseudo_fp16 (fp32 masters); table + plot",
-        description="Train the same small Keras MLP on a synthetic task three ways - fp32, "
-        "16-bit weights updated by a Keras optimizer, and tfinit pseudo_fp16 with fp32 master "
-        "weights - then print a comparison table and write a PNG of the loss curves.",
+        help="fine-tune one model in fp32, plain 16-bit, pseudo_fp16 (fp32 masters) and split; "
+        "table + plot",
+        description="Fine-tune the same small pretrained Keras MLP at a small learning rate "
+        "four ways - fp32, 16-bit weights updated by a Keras optimizer, tfinit pseudo_fp16 with "
+        "fp32 master weights, and (bfloat16) master='split', the bfloat16 copy plus an int16 "
+        "remainder - then print a comparison table and write a PNG of the loss curves.",
     )
     demo.add_argument(
         "--epochs", type=_positive(int, "--epochs"), default=20, help="epochs per run (default 20)"
@@ -215,8 +217,8 @@ def build_parser():
     demo.add_argument(
         "--dtype",
         choices=["float16", "bfloat16"],
-        default="float16",
-        help="16-bit compute dtype (default float16; bfloat16 as on TPUs)",
+        default="bfloat16",
+        help="16-bit compute dtype (default bfloat16, which adds the master='split' run)",
     )
     demo.add_argument(
         "--out", default="tfinit-demo", help="folder for loss_curves.png (default ./tfinit-demo)"

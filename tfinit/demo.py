@@ -1,18 +1,21 @@
-"""``tfinit demo``: why fp32 master weights matter, on a small synthetic task.
+"""``tfinit demo``: why fp32 master weights matter, on a small fine-tuning task.
 
-The same Keras MLP (tfinit's XavierFill/ConstantFill initial weights, the same
-batches) is trained three ways with plain SGD:
+A "pretrained" Keras MLP (tfinit's XavierFill/ConstantFill weights) is fine-tuned at a small
+learning rate towards a teacher whose weights differ from it by a few percent, with plain SGD
+and the same batches, four ways:
 
 - ``fp32``: float32 weights, the reference;
 - ``<dtype>``: 16-bit weights updated in place by a Keras optimizer;
 - ``pseudo_fp16``: tfinit's 16-bit copies with fp32 masters
-  (``tfinit.mixed_precision.scope`` + ``MasterWeightOptimizer``, arXiv 1710.03740).
+  (``tfinit.mixed_precision.scope`` + ``MasterWeightOptimizer``, arXiv 1710.03740);
+- ``split`` (bfloat16 only): the same with ``master="split"``: the bfloat16 copy plus an int16
+  remainder hold the exact master, 4 bytes per parameter instead of 6.
 
-For each it reports the final loss, the weight updates lost to underflow (an
-element with a non-zero gradient whose stored value - the master, where there is
-one - did not move), persistent bytes per parameter and the median step time, and
-it plots the three loss curves. It needs the TensorFlow backend and matplotlib
-(``pip install "tfinit[demo]"``).
+Fine-tuning is where 16-bit weights fall behind: its updates are small against the weights,
+so most of them round away. For each run the demo reports the final loss, the weight updates
+lost (an element with a non-zero gradient whose stored value - the master, where there is
+one - did not move), persistent bytes per parameter and the median step time, and it plots
+the loss curves. It needs the TensorFlow backend and matplotlib (``pip install "tfinit[demo]"``).
 """
 
 import os
@@ -39,14 +42,25 @@ class RunResult:
     step_ms: float = 0.0
 
 
-def make_task(samples=4096, seed=0):
-    """A teacher network's outputs plus a little noise: learnable to a small loss."""
+def make_task(samples=4096, seed=0, shift=0.05):
+    """Inputs, a teacher's targets and the "pretrained" start weights.
+
+    The start weights are ``build_model()``'s (seeded XavierFill); the teacher is the same
+    network with every weight moved by ``shift`` times its layer's spread (biases by
+    ``shift * 0.1``): fine-tuning has to learn that small difference.
+    """
+    import keras
+
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((samples, FEATURES)).astype(np.float32)
-    w1 = rng.standard_normal((FEATURES, 16)).astype(np.float32) / np.sqrt(FEATURES)
-    w2 = rng.standard_normal((16, 1)).astype(np.float32)
-    y = np.tanh(x @ w1) @ w2 + 0.01 * rng.standard_normal((samples, 1)).astype(np.float32)
-    return x, y.astype(np.float32)
+    keras.utils.set_random_seed(seed)
+    teacher = build_model()
+    start = teacher.get_weights()
+    moved = [w + (shift * np.std(w) if w.ndim > 1 else shift * 0.1)
+             * rng.standard_normal(w.shape).astype(np.float32) for w in start]
+    teacher.set_weights(moved)
+    y = np.asarray(teacher(x), np.float32)
+    return x, y, start
 
 
 def build_model(dtype=None):
@@ -68,39 +82,55 @@ def build_model(dtype=None):
     return model
 
 
-def _setups(compute_dtype, learning_rate):
+def _setups(compute_dtype, learning_rate, start):
     import keras
-    import tensorflow as tf
 
-    from tfinit import mixed_precision
+    from tfinit import _split_master, mixed_precision
+
+    def value_of(variable):
+        return lambda: keras.ops.convert_to_tensor(variable)
 
     def fp32():
         model = build_model()
-        return model, keras.optimizers.SGD(learning_rate), list(model.trainable_variables)
+        model.set_weights(start)
+        variables = list(model.trainable_variables)
+        return model, keras.optimizers.SGD(learning_rate), [value_of(v) for v in variables], []
 
     def plain16():
         model = build_model(dtype=compute_dtype)
-        return model, keras.optimizers.SGD(learning_rate), list(model.trainable_variables)
+        model.set_weights(start)
+        variables = list(model.trainable_variables)
+        return model, keras.optimizers.SGD(learning_rate), [value_of(v) for v in variables], []
 
-    def pseudo():
-        with mixed_precision.scope("pseudo_fp16", compute_dtype=compute_dtype):
-            model = build_model()
-        optimizer = mixed_precision.MasterWeightOptimizer(keras.optimizers.SGD(learning_rate))
-        masters = [
-            mixed_precision.parameter_info(v).blob_copy[tf.float32]
-            for v in model.trainable_variables
-        ]
-        return model, optimizer, masters
+    def paired(master):
+        def setup():
+            with mixed_precision.scope("pseudo_fp16", compute_dtype=compute_dtype,
+                                       master=master):
+                model = build_model()
+            mixed_precision.set_master_weights(model, start)
+            optimizer = mixed_precision.MasterWeightOptimizer(
+                keras.optimizers.SGD(learning_rate))
+            infos = [mixed_precision.parameter_info(v) for v in model.trainable_variables]
+            others = [next(iter(info.blob_copy.values())) for info in infos]
+            if master == "fp32":
+                return model, optimizer, [value_of(m) for m in others], others
+            masters = [lambda c=info.param, r=rem: _split_master.join(c, r)
+                       for info, rem in zip(infos, others)]
+            return model, optimizer, masters, others
+        return setup
 
-    return [("fp32", fp32), (compute_dtype, plain16), ("pseudo_fp16", pseudo)]
+    setups = [("fp32", fp32), (compute_dtype, plain16), ("pseudo_fp16", paired("fp32"))]
+    if compute_dtype == "bfloat16":
+        setups.append(("split", paired("split")))
+    return setups
 
 
-def _persistent_bytes(model, optimizer, truth):
+def _persistent_bytes(model, optimizer, stored):
     """Bytes of every variable that lives across steps, per trainable parameter."""
     import tensorflow as tf
 
     seen, total = set(), 0
-    for v in list(model.weights) + list(truth) + list(optimizer.variables):
+    for v in list(model.weights) + list(stored) + list(optimizer.variables):
         key = (getattr(v, "path", None) or v.name, tuple(v.shape), str(v.dtype))
         if key in seen:
             continue
@@ -111,17 +141,16 @@ def _persistent_bytes(model, optimizer, truth):
 
 
 def train(name, setup, data, epochs, progbar):
-    import keras
     import tensorflow as tf
 
     x, y = data
-    model, optimizer, truth = setup()
+    model, optimizer, truth, stored = setup()
     variables = list(model.trainable_variables)
     optimizer.build(variables)
 
     @tf.function
     def step(xb, yb):
-        before = [tf.identity(keras.ops.convert_to_tensor(t)) for t in truth]
+        before = [tf.identity(t()) for t in truth]
         with tf.GradientTape() as tape:
             pred = tf.cast(model(xb, training=True), tf.float32)
             loss = tf.reduce_mean(tf.square(pred - yb))
@@ -134,7 +163,7 @@ def train(name, setup, data, epochs, progbar):
         lost, attempted = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
         for g, t, b in zip(grads, truth, before):
             nonzero = tf.not_equal(tf.cast(g, tf.float32), 0.0)
-            unchanged = tf.equal(keras.ops.convert_to_tensor(t), b)
+            unchanged = tf.equal(t(), b)
             lost += tf.math.count_nonzero(nonzero & unchanged)
             attempted += tf.math.count_nonzero(nonzero)
         zero = tf.constant(0, tf.int64)
@@ -161,7 +190,7 @@ def train(name, setup, data, epochs, progbar):
         result.lost_updates += epoch_lost
         result.attempted_updates += epoch_attempted
     result.step_ms = statistics.median(times[1:] or times) * 1e3
-    result.bytes_per_param = _persistent_bytes(model, optimizer, truth)
+    result.bytes_per_param = _persistent_bytes(model, optimizer, stored)
     return result
 
 
@@ -219,36 +248,40 @@ def plot(results, path):
     lost_ax.set_title("Weight updates lost to underflow")
     lost_ax.set_ylim(bottom=0)
     lost_ax.legend()
-    fig.suptitle("Same model, same data: fp32 vs 16-bit weights vs fp32 masters")
+    fig.suptitle("Fine-tuning the same model on the same data: fp32 vs 16-bit weights vs "
+                 "fp32 masters")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def run(
-    epochs=20, compute_dtype="float16", out_dir="tfinit-demo", learning_rate=0.01, samples=4096
+    epochs=20, compute_dtype="bfloat16", out_dir="tfinit-demo", learning_rate=0.01, samples=4096
 ):
-    """Train the three runs, print the table, write the plot; return the results."""
+    """Train the runs, print the table, write the plot; return the results."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     _backend.tensorflow("tfinit demo")
     import keras
 
     out_dir = Path(out_dir)
-    data = make_task(samples)
-    setups = _setups(compute_dtype, learning_rate)
+    x, y, start = make_task(samples)
+    setups = _setups(compute_dtype, learning_rate, start)
     total = epochs * (samples // BATCH) * len(setups)
     steps = samples // BATCH
-    print(f"Training the same MLP three ways ({epochs} epochs of {steps} steps, "
-          f"SGD lr={learning_rate}):")
+    print(f"Fine-tuning the same pretrained MLP {len(setups)} ways ({epochs} epochs of {steps} "
+          f"steps, SGD lr={learning_rate}):")
     progbar = keras.utils.Progbar(
         total, width=30, stateful_metrics=[f"{n} loss" for n, _ in setups]
     )
-    results = [train(name, setup, data, epochs, progbar) for name, setup in setups]
+    results = [train(name, setup, (x, y), epochs, progbar) for name, setup in setups]
     print()
     print(format_table(results))
     note = emulation_note(compute_dtype)
     if note:
         print(note)
+    if compute_dtype != "bfloat16":
+        print("(master='split' needs bfloat16, the top half of a float32: run "
+              "`tfinit demo --dtype bfloat16` for the split run.)")
     png = out_dir / "loss_curves.png"
     plot(results, png)
     print(

@@ -76,41 +76,35 @@ def mean_squared_error(y_true, y_pred):
     return tf.reduce_mean(tf.square(y_pred - y_true), axis=-1)
 
 
-def _components(variable):
-    """The per-replica (local) components of a variable; a plain variable is its own one."""
-    variable = _pairs.backend_variable(variable)
-    values = getattr(variable, "values", None)
-    return list(values) if values is not None and not callable(values) else [variable]
-
-
 def replica_mismatches(model_or_variables):
     """Describe every way the local replicas disagree; an empty list means consistent.
 
     Checks, for a Keras model/layer, ``tf.Module`` or iterable of variables: every replica
-    holds bit-identical values of each variable, master and 16-bit copy; and on every
+    holds bit-identical values of each variable, master and 16-bit copy (split pairs: copy
+    and remainder); and on every
     replica each copy equals ``cast(master)`` bit for bit. Under MultiWorkerMirroredStrategy
     this covers one worker's replicas; compare workers by their masters' bytes.
     """
     problems, seen = [], set()
     for variable in _pairs.variables_of(model_or_variables, "replica_mismatches"):
-        info = _pairs.lookup(variable)
+        pair = _pairs.pair_of(variable)
         name = getattr(variable, "path", None) or variable.name
-        if info is None:
+        if pair is None:
             members = [("variable", variable)]
-        elif id(info) in seen:
+        elif id(pair) in seen:
             continue
         else:
-            seen.add(id(info))
-            members = [("master", _pairs.master_of(info)), ("copy", _pairs.copy_of(info))]
+            seen.add(id(pair))
+            members = pair.stored()
         for role, member in members:
-            parts = [np.asarray(c.numpy()) for c in _components(member)]
+            parts = [np.asarray(c.numpy()) for c in _pairs.components(member)]
             if any(p.tobytes() != parts[0].tobytes() for p in parts[1:]):
                 problems.append(f"{name}: {role} differs between replicas")
-        if info is not None:
-            masters = _components(_pairs.master_of(info))
-            copies = _components(_pairs.copy_of(info))
-            for replica, (master, copy) in enumerate(zip(masters, copies)):
-                cast = tf.cast(master.read_value(), copy.dtype).numpy()
+        if pair is not None:
+            per_replica = zip(*[_pairs.components(member) for _, member in members])
+            for replica, parts in enumerate(per_replica):
+                copy = parts[[role for role, _ in members].index("copy")]
+                cast = tf.cast(pair.master_value(list(parts)), copy.dtype).numpy()
                 if cast.tobytes() != copy.numpy().tobytes():
                     problems.append(f"{name}: copy != cast(master) on replica {replica}")
     return problems

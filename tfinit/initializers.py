@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, _fill_base, _init_net, registry
+from tfinit import _backend, _fans, _fill_base, _init_net, _split_master, registry
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
 from tfinit.parameter_info import ParameterInfo
@@ -89,7 +89,14 @@ def create_pair(name, value, spec, *, trainable=True, make_variable=None):
                 f"range; its {spec.compute_dtype} copy would be inf."
             )
     other_name = name + spec.other_suffix
-    if spec.is_pseudo:
+    if spec.is_split:
+        # No fp32 variable: the bfloat16 copy and an int16 remainder hold the master exactly.
+        copy_value, remainder = _split_master.split(master_value)
+        other = make_variable(initial_value=remainder, name=other_name,
+                              dtype=spec.other_dtype, trainable=False)
+        primary = make_variable(initial_value=copy_value, name=name,
+                                dtype=spec.compute_dtype, trainable=trainable)
+    elif spec.is_pseudo:
         master = make_variable(initial_value=master_value, name=other_name,
                                dtype=tf.float32, trainable=False)
         primary = make_variable(initial_value=copy_value, name=name,

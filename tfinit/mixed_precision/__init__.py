@@ -1,10 +1,14 @@
 """fp32 master weights beside 16-bit compute copies (Caffe2's PseudoFP16, arXiv 1710.03740).
 
-- ``scope(mode, compute_dtype)``: pair the variables of layers constructed inside with fp32
-  masters, whenever those layers build.
+- ``scope(mode, compute_dtype, master="fp32")``: pair the variables of layers constructed
+  inside with fp32 masters, whenever those layers build (``master="split"``, bfloat16
+  pseudo_fp16 only: the bfloat16 copy plus an int16 remainder hold the master exactly, no
+  fp32 variable between steps).
 - ``parameter_info(variable)``: the ``ParameterInfo`` (param + ``blob_copy``) of a pair.
-- ``MasterWeightOptimizer(optimizer, loss_scale="auto")``: update masters, re-cast copies
-  (``"auto"``: dynamic loss scaling for float16, none for bfloat16, as Keras's mixed policies).
+- ``MasterWeightOptimizer(optimizer, loss_scale="auto", state_dtype=None)``: update masters,
+  re-cast copies (``"auto"``: dynamic loss scaling for float16, none for bfloat16, as Keras's
+  mixed policies; ``state_dtype="bfloat16"``: the inner optimizer's per-variable state in
+  bfloat16).
 - ``get_master_weights`` / ``set_master_weights``: the master-aware ``get/set_weights``.
 - ``save_weights(model, path, dtype=None)``: a plain Keras ``.weights.h5`` in one dtype.
 - ``EarlyStopping``: restores the best masters exactly.

@@ -1,10 +1,11 @@
 """What every save format stores for a pair: the fp32 master, never a rounded copy.
 
 - ``tf.train.Checkpoint`` (Keras models, optimizers, raw ``tf.Module``s alike): a pseudo_fp16
-  variable's key holds its fp32 *master*; a restore sets the master bit-exactly and re-casts
-  the copy. So an fp32 checkpoint of the same architecture restores exactly into a
-  pseudo_fp16 model (fine-tuning), and restoring masters into a plain 16-bit model raises
-  TensorFlow's dtype error instead of dropping them. A reverse variable is the master itself.
+  variable's key holds its fp32 *master* (a split pair's rebuilt exactly: the same file); a
+  restore sets the master bit-exactly and re-casts the copy. So an fp32 checkpoint of the
+  same architecture restores exactly into a pseudo_fp16 model (fine-tuning), and restoring
+  masters into a plain 16-bit model raises TensorFlow's dtype error instead of dropping them.
+  A reverse variable is the master itself.
 - ``tf.saved_model.save`` / ``model.export``: every variable is written as what it is (the
   16-bit copy as 16-bit), so the artifact loads and serves; functions traced for it read the
   reverse copy through Keras's cast, so the copy need not be in the artifact.
@@ -28,10 +29,14 @@ def install_variable_hooks(tf_var):
     def _serialize_to_tensors():
         if pair.spec.is_pseudo and not internals.in_saved_model_save():
             check_copy_matches_master(pair)
+            if pair.spec.is_split:
+                return {"VARIABLE_VALUE": pair.master_value()}
             return internals.serialize_variable(pair.master)
         return internals.serialize_variable(tf_var)
 
     def _restore_from_tensors(restored_tensors):
+        if pair.spec.is_split:
+            return pair.assign_master(restored_tensors["VARIABLE_VALUE"])
         if pair.spec.is_pseudo:
             op = internals.restore_variable(pair.master, restored_tensors)
         else:
@@ -52,7 +57,7 @@ def check_copy_matches_master(pair):
     """
     if not tf.executing_eagerly():
         return
-    cast = tf.cast(pair.master, pair.copy.dtype).numpy()
+    cast = tf.cast(pair.master_value(), pair.copy.dtype).numpy()
     if cast.tobytes() != pair.copy.numpy().tobytes():
         raise ValueError(
             f"Variable {pair.name!r}: its 16-bit value was changed without its fp32 master "
@@ -106,7 +111,7 @@ def masters_for_saving(value):
     pair = _pairs.pair_of(value) if hasattr(value, "shape") else None
     if pair is not None and pair.spec.is_pseudo:
         check_copy_matches_master(pair)
-        return pair.master.numpy()
+        return pair.master_value().numpy()
     return value
 
 

@@ -9,6 +9,8 @@ Which variables pair up:
   Caffe2's PseudoFP16Initializer did.
 - reverse: trainable float32 variables; the variable returned is fp32 and a 16-bit copy
   rides along. Layers compute in the 16-bit dtype.
+- ``master="split"`` (pseudo_fp16, bfloat16): as pseudo_fp16, with an int16 remainder
+  variable in place of the fp32 master (``tfinit._split_master``).
 - Untouched: non-trainable variables, integer variables, float64, and Keras variables
   requested in float32 in pseudo_fp16 mode (layers explicitly in float32, normalization).
 
@@ -36,7 +38,7 @@ active_scope = _state.active
 
 
 @contextlib.contextmanager
-def scope(mode="pseudo_fp16", compute_dtype="float16"):
+def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     """Create fp32 master + 16-bit copy pairs for the variables created inside.
 
     Args:
@@ -45,13 +47,18 @@ def scope(mode="pseudo_fp16", compute_dtype="float16"):
             variable; the copy is ``blob_copy[compute_dtype]``).
         compute_dtype: ``"float16"`` (GPU) or ``"bfloat16"`` (TPU); strings, ``tf.DType`` and
             numpy dtypes are accepted.
+        master: ``"fp32"`` (an fp32 master variable beside each copy) or ``"split"``
+            (pseudo_fp16 with bfloat16 only: the bfloat16 copy plus an int16 remainder,
+            ``blob_copy[tf.int16]``, hold the master exactly; no fp32 variable, 4 bytes per
+            parameter instead of 6). Everything else behaves as with ``"fp32"``.
 
     Enter it inside ``strategy.scope()`` to get distributed masters and copies. Scopes nest;
     the previous Keras dtype policy is restored on exit.
 
     Raises:
         RuntimeError: the Keras backend is not TensorFlow.
-        ValueError: a bad ``mode`` or ``compute_dtype``; bfloat16 across MultiWorker workers.
+        ValueError: a bad ``mode``, ``compute_dtype`` or ``master``; ``master="split"`` with
+            float16 or in reverse mode; bfloat16 across MultiWorker workers.
 
     Example:
 
@@ -61,7 +68,7 @@ def scope(mode="pseudo_fp16", compute_dtype="float16"):
     'float16'
     """
     tf = _backend.tensorflow("tfinit.mixed_precision.scope")
-    spec = pair_spec(mode, compute_dtype, "tfinit.mixed_precision.scope")
+    spec = pair_spec(mode, compute_dtype, "tfinit.mixed_precision.scope", master)
     strategy = tf.distribute.get_strategy()
     if spec.compute_dtype == "bfloat16" and getattr(strategy.extended, "_num_workers", 1) > 1:
         # MWMS broadcasts every variable's initial value with CollectiveBcastSend, which

@@ -28,10 +28,12 @@ from keras import ops
 
 from tfinit import _backend
 from tfinit import _keras_internals as internals
-from tfinit._precision import COMPUTE_DTYPES, dtype_name
+from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
 from tfinit.mixed_precision import _pairs, _state, _variable
 
 INITIAL_SCALE = 2.0**15
+#: the dtypes ``state_dtype`` takes
+STATE_DTYPES = (MASTER_DTYPE, "bfloat16")
 GROWTH_STEPS = 2000
 
 
@@ -71,6 +73,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         loss_scale: ``"auto"`` (dynamic for float16, none for bfloat16), ``"dynamic"``, a
             finite positive number (a fixed scale), or ``None`` (no scaling).
         name: the optimizer's name.
+        state_dtype: ``None`` / ``"float32"`` (the inner optimizer's state of a paired
+            variable is fp32), or ``"bfloat16"``: its per-variable state (Adam's moments,
+            momentum...) is stored in bfloat16, half the bytes; the update is still
+            computed in fp32 on the exact master. EMA averages and gradient accumulators
+            stay fp32. It changes the numerics: see the README's training-quality table.
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
@@ -84,7 +91,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     >>> # opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), ...))
     """
 
-    def __init__(self, optimizer, loss_scale=_AUTO, name=None, **kwargs):
+    def __init__(self, optimizer, loss_scale=_AUTO, name=None, state_dtype=None, **kwargs):
         _backend.tensorflow("tfinit.mixed_precision.MasterWeightOptimizer")
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise TypeError(
@@ -105,6 +112,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                 "MasterWeightOptimizer: argument `loss_scale` must be 'auto', 'dynamic', "
                 f"None or a finite positive number. Received: loss_scale={loss_scale!r}"
             )
+        if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
+            raise ValueError(
+                "MasterWeightOptimizer: argument `state_dtype` must be None, 'float32' or "
+                f"'bfloat16'. Received: state_dtype={state_dtype!r}"
+            )
         if kwargs:
             raise ValueError(
                 f"MasterWeightOptimizer does not take {sorted(kwargs)}: set them on the "
@@ -113,6 +125,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         super().__init__(optimizer, initial_scale=INITIAL_SCALE,
                          dynamic_growth_steps=GROWTH_STEPS, name=name)
         self.loss_scale = loss_scale
+        self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
         # What the step does, once known: "dynamic", a fixed float, or None.
         self._scaling = loss_scale
         if loss_scale == _AUTO:
@@ -188,6 +201,8 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         internals.carry_weight_decay_exclusions(
             self.inner_optimizer,
             [(v, t) for v, t in zip(var_list, targets) if v is not t])
+        if self.state_dtype not in (None, MASTER_DTYPE):
+            _variable.keep_state_in(self.inner_optimizer, self.state_dtype)
         self.inner_optimizer.build(targets)
         # Not LossScaleOptimizer.build: the inner optimizer is built for the masters above.
         keras.optimizers.Optimizer.build(self, var_list)
@@ -314,8 +329,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         return finite
 
     def _finite_step(self, grads, targets, pairs):
+        if internals.in_xla_compilation():
+            _pairs.keep_scratches(pairs)
+        _pairs.open_masters(pairs)
         self.inner_optimizer.apply(grads, targets)
-        _pairs.refresh(pairs)
+        _pairs.close_masters(pairs)
         if self.dynamic:
             grow = ops.equal(self.step_counter, GROWTH_STEPS - 1)
             self.dynamic_scale.assign(tf.where(grow, self.dynamic_scale * 2.0,
@@ -348,14 +366,16 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def finalize_variable_values(self, var_list):
         targets, pairs = self._targets(var_list)
+        _pairs.open_masters(pairs)
         self.inner_optimizer.finalize_variable_values(targets)
-        _pairs.refresh(pairs)
+        _pairs.close_masters(pairs)
 
     def get_config(self):
         return {
             "name": self.name,
             "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
             "loss_scale": self.loss_scale,
+            "state_dtype": self.state_dtype,
         }
 
     @classmethod

@@ -5,12 +5,19 @@ or user code holds. Its ``ParameterInfo`` and :class:`PairSpec` hang on it:
 
 - pseudo_fp16: ``info.param`` is the 16-bit variable, ``blob_copy[tf.float32]`` the master.
 - reverse: ``info.param`` is the fp32 variable (the master), ``blob_copy[16-bit]`` the copy.
+- pseudo_fp16 with ``master="split"``: ``info.param`` is the bfloat16 variable,
+  ``blob_copy[tf.int16]`` the remainder; the master is rebuilt from the two
+  (``tfinit._split_master``) and no fp32 variable exists between steps.
+
+Every read and write of a master goes through :meth:`Pair.master_value` /
+:meth:`Pair.assign_master`, whichever way the pair stores it.
 """
 
 import keras
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
+from tfinit import _split_master
 
 # The attribute tfinit sets on the tf.Variables it pairs (its own name, on its own objects).
 _INFO_ATTRIBUTE = "_tfinit_info"
@@ -19,19 +26,24 @@ backend_variable = internals.backend_variable
 
 
 class Pair:
-    """A pair's ParameterInfo with its spec: which variable is the master, which the copy."""
+    """A pair's ParameterInfo with its spec: which variables hold the master and the copy."""
 
-    __slots__ = ("info", "spec", "master_variable")
+    __slots__ = ("info", "spec", "master_variable", "scratch_kept")
 
     def __init__(self, info, spec):
         self.info = info
         self.spec = spec
         #: the master as the Keras variable an optimizer updates (``_variable.master_variable``)
         self.master_variable = None
+        #: split pairs: whether the scratch keeps its fp32 value between steps (XLA)
+        self.scratch_kept = False
 
     @property
     def master(self):
-        """The fp32 variable the optimizer updates."""
+        """The fp32 variable of an fp32-master pair (a split pair has none)."""
+        if self.spec.is_split:
+            raise TypeError(f"Pair {self.name!r} stores its master split (bfloat16 copy + "
+                            "int16 remainder): use master_value() / assign_master().")
         if self.spec.is_pseudo:
             (master,) = self.info.blob_copy.values()
             return backend_variable(master)
@@ -39,11 +51,51 @@ class Pair:
 
     @property
     def copy(self):
-        """The 16-bit variable refreshed from the master."""
+        """The 16-bit variable (re-made from the master after every change of it)."""
         if self.spec.is_pseudo:
             return backend_variable(self.info.param)
         (copy,) = self.info.blob_copy.values()
         return backend_variable(copy)
+
+    @property
+    def remainder(self):
+        """The int16 remainder of a split pair."""
+        (remainder,) = self.info.blob_copy.values()
+        return backend_variable(remainder)
+
+    def stored(self):
+        """``(role, variable)`` for each variable that holds the pair."""
+        if self.spec.is_split:
+            return [("copy", self.copy), ("remainder", self.remainder)]
+        return [("master", self.master), ("copy", self.copy)]
+
+    def master_value(self, parts=None):
+        """The exact fp32 master as a tensor; ``parts`` are one replica's variables in
+        :meth:`stored` order (default: the pair's own)."""
+        parts = parts or [variable for _, variable in self.stored()]
+        if self.spec.is_split:
+            copy, remainder = parts
+            return _split_master.join(copy.read_value(), remainder.read_value())
+        return parts[0].read_value()
+
+    def assign_master(self, value):
+        """Set the master to ``value`` (cast to float32) exactly and re-make the copy."""
+        value = tf.cast(value, tf.float32)
+        if self.spec.is_split:
+            copy, remainder = _split_master.split(value)
+            ops = [self.copy.assign(copy), self.remainder.assign(remainder)]
+            if self.scratch_kept:
+                ops.append(_scratch(self).assign(_split_master.join(copy, remainder)))
+            return tf.group(*ops)
+        self.master.assign(value)
+        return refresh([self])
+
+    def add_to_master(self, delta):
+        """master += ``delta`` (float32 arithmetic) and re-make the copy."""
+        if self.spec.is_split:
+            return self.assign_master(self.master_value() + tf.cast(delta, tf.float32))
+        self.master.assign_add(tf.cast(delta, tf.float32))
+        return refresh([self])
 
     @property
     def name(self):
@@ -78,13 +130,18 @@ def _pair_of_info(info):
     return pair
 
 
+def pair_of_info(info):
+    """The :class:`Pair` of a ``ParameterInfo`` made by a scope."""
+    return _pair_of_info(info)
+
+
 def master_of(info):
-    """The fp32 variable the optimizer updates."""
+    """The fp32 variable of an fp32-master pair."""
     return _pair_of_info(info).master
 
 
 def copy_of(info):
-    """The 16-bit variable refreshed from the master."""
+    """The 16-bit variable the master's value is re-cast into."""
     return _pair_of_info(info).copy
 
 
@@ -121,27 +178,145 @@ def _assign_cast(copy, master):
     return copy.assign(tf.cast(master, copy.dtype))
 
 
-def refresh(pairs):
-    """copy <- cast(master) for each pair, in any distribution context."""
-    targets = [(pair.copy, pair.master) for pair in pairs]
-    if not targets:
-        return
+# The rebuild and the split as one fused loop each (XLA; the same bits as the unfused ops,
+# tests/test_split_master.py): unfused, their seven elementwise passes would cost a CPU step
+# of a 1M-parameter MLP about 40 %.
+_join = tf.function(_split_master.join, jit_compile=True, reduce_retracing=True)
+_split = tf.function(_split_master.split, jit_compile=True, reduce_retracing=True)
 
-    def update(strategy, targets):
-        for copy, master in targets:
-            strategy.extended.update(copy, _assign_cast, args=(master,), group=False)
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _join_all(copies, remainders):
+    # One compiled call for every pair of a model (a call per pair costs its launch).
+    return [_split_master.join(c, r) for c, r in zip(copies, remainders)]
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _split_all(masters):
+    return [_split_master.split(m) for m in masters]
+
+
+def _open_split(scratch, copy, remainder):
+    return scratch.assign(_join(copy.read_value(), remainder.read_value()))
+
+
+def _close_split(copy, remainder, scratch):
+    new_copy, new_remainder = _split(scratch.read_value())
+    with tf.control_dependencies([copy.assign(new_copy), remainder.assign(new_remainder)]):
+        return empty(scratch)
+
+
+def _close_split_kept(copy, remainder, scratch):
+    new_copy, new_remainder = _split_master.split(scratch.read_value())
+    # The kept scratch is the master (copy, remainder) hold: a tie moves 1 ulp here too.
+    return tf.group(copy.assign(new_copy), remainder.assign(new_remainder),
+                    scratch.assign(_split_master.join(new_copy, new_remainder)))
+
+
+def components(variable):
+    """The per-replica (local) components of a variable; a plain variable is its own one."""
+    variable = backend_variable(variable)
+    values = getattr(variable, "values", None)
+    return list(values) if values is not None and not callable(values) else [variable]
+
+
+def keep_scratches(pairs):
+    """For a step XLA compiles: XLA cannot change a variable's shape, so each split pair's
+    scratch is filled with its master now (eagerly, before the compiled step first runs) and
+    keeps the exact master from then on (4 more bytes per parameter): every write of the
+    master (:meth:`Pair.assign_master`, each step) writes it too."""
+    for pair in pairs:
+        if pair.spec.is_split and not pair.scratch_kept:
+            with tf.init_scope():
+                for scratch, copy, remainder in zip(components(_scratch(pair)),
+                                                    components(pair.copy),
+                                                    components(pair.remainder)):
+                    _open_split(scratch, copy, remainder)
+            pair.scratch_kept = True
+
+
+def empty_value(rank):
+    """The value a split pair's scratch variable holds between steps: no element (a scalar
+    pair's holds its one element)."""
+    return tf.zeros([0] * rank if rank else [], tf.float32)
+
+
+def empty(scratch):
+    """Drop the fp32 value a split pair's scratch variable holds."""
+    return scratch.assign(empty_value(scratch.shape.rank))
+
+
+def _scratch(pair):
+    return backend_variable(pair.master_variable)
+
+
+def _run(updates):
+    """Run ``(variable, fn, args)`` updates per replica, in any distribution context."""
+    if not updates:
+        return None
+
+    def update(strategy, updates):
+        for variable, fn, args in updates:
+            strategy.extended.update(variable, fn, args=args, group=False)
 
     strategy = tf.distribute.get_strategy()
-    owner = getattr(targets[0][0], "_distribute_strategy", None)
+    owner = getattr(updates[0][0], "_distribute_strategy", None)
     if owner is not None and owner is not strategy:
         # Distributed pairs refreshed outside their strategy's scope (e.g. Keras's end-of-fit
         # finalize_variable_values, or after fit returns): update them through their owner.
         with owner.scope():
-            update(owner, targets)
+            update(owner, updates)
     elif tf.distribute.in_cross_replica_context():
-        update(strategy, targets)
+        update(strategy, updates)
     else:
-        internals.maybe_merge_call(update, strategy, targets)
+        internals.maybe_merge_call(update, strategy, updates)
+    return None
+
+
+def refresh(pairs):
+    """copy <- cast(master) for each fp32-master pair, in any distribution context (a split
+    pair's copy is always its master's top half: nothing to do)."""
+    return _run([(pair.copy, _assign_cast, (pair.master,))
+                 for pair in pairs if not pair.spec.is_split])
+
+
+def _one_device(pairs):
+    """Whether ``pairs`` are updated in one call per step: no distribution strategy."""
+    return bool(pairs) and not tf.distribute.has_strategy() and all(
+        getattr(p.copy, "_distribute_strategy", None) is None for p in pairs)
+
+
+def open_masters(pairs):
+    """Before an optimizer step: each split pair's scratch variable <- its exact master (a
+    kept scratch holds it already: refilling it inside an XLA step would let XLA fuse the
+    rebuild into the optimizer's reductions, which can then sum in another order)."""
+    pairs = [pair for pair in pairs if pair.spec.is_split and not pair.scratch_kept]
+    if _one_device(pairs):
+        masters = _join_all([p.copy.read_value() for p in pairs],
+                            [p.remainder.read_value() for p in pairs])
+        for pair, master in zip(pairs, masters):
+            _scratch(pair).assign(master)
+        return None
+    return _run([(_scratch(pair), _open_split, (pair.copy, pair.remainder)) for pair in pairs])
+
+
+def close_masters(pairs):
+    """After an optimizer step: copies re-made from the updated masters; each split pair's
+    master split back into (copy, remainder) and its scratch emptied (or kept, under XLA)."""
+    refresh(pairs)
+    kept = [pair for pair in pairs if pair.spec.is_split and pair.scratch_kept]
+    emptied = [pair for pair in pairs if pair.spec.is_split and not pair.scratch_kept]
+    if _one_device(emptied):
+        halves = _split_all([_scratch(p).read_value() for p in emptied])
+        for pair, (copy, remainder) in zip(emptied, halves):
+            with tf.control_dependencies([pair.copy.assign(copy),
+                                          pair.remainder.assign(remainder)]):
+                empty(_scratch(pair))
+        emptied = []
+    return _run([(pair.copy, _close_split, (pair.remainder, _scratch(pair)))
+                 for pair in emptied]
+                + [(pair.copy, _close_split_kept, (pair.remainder, _scratch(pair)))
+                   for pair in kept])
 
 
 def variables_of(target, who):

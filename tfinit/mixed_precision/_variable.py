@@ -26,6 +26,8 @@ variable's own dtype and value (16-bit in pseudo_fp16, fp32 in reverse). Beyond 
   gives its optimizer the ``MasterVariable`` instead.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -103,13 +105,12 @@ class PairedVariable(internals.HookedKerasVariable):
                 f"Cannot assign a value of shape {value.shape} to variable {self.path!r} "
                 f"of shape {self.shape}."
             )
-        master = pair.master
         if pair.spec.is_pseudo and value.dtype == pair.copy.dtype:
             unchanged = tf.equal(value, pair.copy.read_value())
-            master.assign(tf.where(unchanged, master.read_value(), tf.cast(value, tf.float32)))
+            pair.assign_master(tf.where(unchanged, pair.master_value(),
+                                        tf.cast(value, tf.float32)))
         else:
-            master.assign(tf.cast(value, tf.float32))
-        _pairs.refresh([pair])
+            pair.assign_master(value)
         return self.value
 
     def assign_add(self, value):
@@ -119,9 +120,7 @@ class PairedVariable(internals.HookedKerasVariable):
         return self._add_to_master(value, -1.0)
 
     def _add_to_master(self, value, sign):
-        pair = _pairs.pair_of(self)
-        pair.master.assign_add(sign * tf.cast(_as_tensor(value), tf.float32))
-        _pairs.refresh([pair])
+        _pairs.pair_of(self).add_to_master(sign * tf.cast(_as_tensor(value), tf.float32))
         return self.value
 
 
@@ -135,20 +134,27 @@ class MasterVariable(keras.Variable):
     ``overwrite_with_gradient`` are the paired variable's.
     """
 
-    def __init__(self, paired, master, **kwargs):
+    def __init__(self, paired, master, shape=None, **kwargs):
         self._paired = paired
+        #: while the inner optimizer makes this variable's state in another dtype
+        self._state_dtype = None
 
         def existing(next_creator, **_):
             return master
 
         with tf.variable_creator_scope(existing):
-            super().__init__(initializer="zeros", shape=master.shape, dtype="float32",
+            super().__init__(initializer="zeros", shape=master.shape if shape is None else shape,
+                             dtype="float32",
                              trainable=True, autocast=False, name=_short_name(paired),
                              **kwargs)
 
     @property
     def path(self):
         return getattr(self._paired, "path", None) or self.name
+
+    @property
+    def dtype(self):
+        return self._state_dtype or keras.Variable.dtype.fget(self)
 
     @property
     def constraint(self):
@@ -172,11 +178,55 @@ class MasterVariable(keras.Variable):
 
 
 def master_variable(pair):
-    """The :class:`MasterVariable` of ``pair`` (made once, on first use)."""
+    """The :class:`MasterVariable` of ``pair`` (made once, on first use).
+
+    An fp32-master pair's wraps its master. A split pair has no fp32 variable: its
+    ``MasterVariable`` wraps a *scratch* fp32 variable of the pair's rank that holds an empty
+    tensor between steps; ``MasterWeightOptimizer`` fills it with the exact master
+    before the inner optimizer's step and splits it back and empties it after
+    (``_pairs.open_masters`` / ``close_masters``).
+    """
     if pair.master_variable is None:
         with tf.init_scope():
-            pair.master_variable = MasterVariable(pair.info.param, pair.master)
+            master = _scratch_variable(pair) if pair.spec.is_split else pair.master
+            pair.master_variable = MasterVariable(pair.info.param, master,
+                                                  shape=pair.copy.shape)
     return pair.master_variable
+
+
+def _scratch_variable(pair):
+    """An fp32 variable of the pair's shape, created where the pair lives, then emptied."""
+    copy = pair.copy
+    owner = getattr(copy, "_distribute_strategy", None)
+    with owner.scope() if owner is not None else contextlib.nullcontext():
+        # Known rank, unknown dimensions: it holds an empty tensor of that rank between steps
+        # (the Keras variable around it has the full shape the optimizer's slots are built from).
+        scratch = tf.Variable(_pairs.empty_value(copy.shape.rank), trainable=False,
+                              shape=tf.TensorShape([None] * copy.shape.rank),
+                              name=f"{_short_name(pair.info.param)}_fp32_scratch")
+    return scratch
+
+
+#: state Keras's base optimizer keeps per variable that must stay fp32 whatever state_dtype
+FP32_STATE = ("average", "gradient_accumulator")
+
+
+def keep_state_in(optimizer, dtype):
+    """Make ``optimizer`` (an inner optimizer, this object only) store the state it makes for
+    a :class:`MasterVariable` in ``dtype``; EMA averages and gradient accumulators excepted."""
+    make = optimizer.add_variable_from_reference
+
+    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
+        if not isinstance(reference_variable, MasterVariable) or name in FP32_STATE:
+            return make(reference_variable, name=name, initializer=initializer)
+        reference_variable._state_dtype = dtype
+        try:
+            return make(reference_variable, name=name, initializer=initializer)
+        finally:
+            reference_variable._state_dtype = None
+
+    internals.set_object_method(optimizer, "add_variable_from_reference",
+                                add_variable_from_reference)
 
 
 def _short_name(variable):
@@ -196,7 +246,7 @@ class _MasterPenalty:
         pair = _pairs.pair_of(self.variable)
         if x is self.variable and pair is not None:
             tf_var = _pairs.backend_variable(self.variable)
-            x = _read(tf_var, pair.master.read_value(), tf.float32)
+            x = _read(tf_var, pair.master_value(), tf.float32)
         return self.penalty(x)
 
     def get_config(self):

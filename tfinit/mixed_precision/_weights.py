@@ -39,7 +39,7 @@ def get_master_weights(model_or_layer):
     arrays = []
     for variable in _weights(model_or_layer, "get_master_weights"):
         pair = _pairs.pair_of(variable)
-        arrays.append(pair.master.numpy() if pair is not None else np.asarray(variable))
+        arrays.append(pair.master_value().numpy() if pair is not None else np.asarray(variable))
     return arrays
 
 
@@ -60,7 +60,6 @@ def set_master_weights(model_or_layer, arrays):
             f"set_master_weights: {model_or_layer.name!r} has {len(variables)} weights; "
             f"received {len(arrays)} arrays."
         )
-    touched = []
     for variable, array in zip(variables, arrays):
         array = np.asarray(array)
         if tuple(array.shape) != tuple(variable.shape):
@@ -72,9 +71,7 @@ def set_master_weights(model_or_layer, arrays):
         if pair is None:
             variable.assign(array)
             continue
-        pair.master.assign(tf.cast(array, tf.float32))
-        touched.append(pair)
-    _pairs.refresh(touched)
+        pair.assign_master(tf.cast(array, tf.float32))
 
 
 def save_weights(model, filepath, dtype=None):
