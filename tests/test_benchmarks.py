@@ -290,7 +290,7 @@ def test_self_timed_contenders_report_the_seconds_they_return():
 
 def test_split_master_rows_hold_12_and_8_bytes_per_parameter_and_compare_quality(results):
     rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["split_master"]
-            if ": " in r["name"] and "MLP width 16, Adam" in r["name"]}
+            if r["name"].startswith("MLP width 16, Adam: ")}
     # Adam: weight 4 (Keras) / 2 + 4 (fp32 master) / 2 + 2 (split) + two 4-byte slots (or
     # two 2-byte ones with bfloat16 state); a few scalar variables on top
     expected = {"mixed_bfloat16 (Keras)": 12, "pseudo_fp16 fp32-master": 14, "split": 12,

@@ -130,11 +130,6 @@ def _pair_of_info(info):
     return pair
 
 
-def pair_of_info(info):
-    """The :class:`Pair` of a ``ParameterInfo`` made by a scope."""
-    return _pair_of_info(info)
-
-
 def master_of(info):
     """The fp32 variable of an fp32-master pair."""
     return _pair_of_info(info).master
