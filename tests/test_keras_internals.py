@@ -284,3 +284,61 @@ def test_in_xla_compilation_is_true_only_while_tracing_for_xla():
     tf.function(lambda x: jit_inner(x))(tf.ones(2))
     assert internals.in_xla_compilation() is False, MOVED  # eager
     assert seen == {"jit": True, "graph": False, "nested": True}, MOVED
+
+
+def test_owning_strategy_and_num_workers():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        mirrored = tf.Variable(1.0)
+    assert internals.owning_strategy(mirrored) is strategy, MOVED
+    assert internals.owning_strategy(tf.Variable(1.0)) is None, MOVED
+    assert internals.num_workers(strategy) == 1, MOVED
+    assert internals.num_workers(tf.distribute.get_strategy()) == 1, MOVED
+
+
+def test_checkpoint_through_writes_and_restores_what_it_is_given(tmp_path):
+    shadow = tf.Variable([5.0, 6.0])
+    module = tf.Module()
+    module.v = tf.Variable([1.0, 2.0])
+    restored = []
+
+    def restore(tensors):
+        restored.append(tensors["VARIABLE_VALUE"].numpy().tolist())
+        return module.v.assign(tensors["VARIABLE_VALUE"])
+
+    internals.checkpoint_through(module.v, lambda: {"VARIABLE_VALUE": shadow.read_value()},
+                                 restore)
+    path = tf.train.Checkpoint(m=module).write(str(tmp_path / "c"))
+    assert tf.train.load_checkpoint(path).get_tensor(
+        "m/v/.ATTRIBUTES/VARIABLE_VALUE").tolist() == [5.0, 6.0], MOVED
+    tf.train.Checkpoint(m=module).read(path).assert_consumed()
+    assert restored == [[5.0, 6.0]] and module.v.numpy().tolist() == [5.0, 6.0], MOVED
+
+
+def test_set_deferred_initializer_runs_when_keras_creates_the_variable():
+    calls = []
+    layer = keras.layers.Dense(2, kernel_initializer="ones")
+    with keras.StatelessScope():
+        layer.build((None, 3))
+        for variable in internals.uninitialized_variables(layer):
+            original = internals.deferred_initializer(variable)
+
+            def initialize(original=original):
+                calls.append(1)
+                original()
+
+            internals.set_deferred_initializer(variable, initialize)
+    # Leaving the stateless scope, Keras creates the deferred variables through them.
+    assert calls == [1, 1], MOVED
+    assert layer.kernel.numpy().tolist() == [[1.0, 1.0]] * 3, MOVED
+
+
+def test_optimizer_base_state_and_build():
+    inner = keras.optimizers.SGD(0.1)
+    wrapper = keras.optimizers.LossScaleOptimizer(inner)
+    variables = [keras.Variable(np.ones(2, "f4"))]
+    internals.build_optimizer_base(wrapper, variables)
+    assert internals.optimizer_built_variables(wrapper) == variables, MOVED
+    own = internals.optimizer_own_variables(wrapper)
+    assert all(v in wrapper.variables for v in own), MOVED
+    assert internals.optimizer_strategy(inner) is tf.distribute.get_strategy(), MOVED

@@ -224,6 +224,36 @@ def distributed_container(variable):
     return container() if container is not None else None
 
 
+def owning_strategy(variable):
+    # Public stand-in: `DistributedVariable.distribute_strategy` is public, but a plain
+    # tf.Variable has no such attribute; both carry `_distribute_strategy` (None for a plain one).
+    """The ``tf.distribute`` strategy that created the distributed ``variable``, or None."""
+    return getattr(variable, "_distribute_strategy", None)
+
+
+def num_workers(strategy):
+    # Public stand-in: none; MultiWorkerMirroredStrategy's worker count (its cluster resolver
+    # gives it only when the cluster spec is set, not for every strategy).
+    """How many workers ``strategy`` spans (1 for single-worker strategies)."""
+    return getattr(strategy.extended, "_num_workers", 1)
+
+
+def checkpoint_through(variable, serialize, restore):
+    # Public stand-in: none; TensorFlow's Trackable checkpoint protocol is the pair of methods
+    # `_serialize_to_tensors` / `_restore_from_tensors`, set here on one variable object.
+    """Make ``tf.train.Checkpoint`` write ``serialize()`` for ``variable`` and restore it with
+    ``restore(tensors)`` (on that object alone)."""
+    set_object_method(variable, "_serialize_to_tensors", serialize)
+    set_object_method(variable, "_restore_from_tensors", restore)
+
+
+def set_deferred_initializer(variable, function):
+    # Public stand-in: none; the method Keras calls to create a variable whose creation it
+    # deferred (`Variable._deferred_initialize`), replaced on that variable object alone.
+    """Make Keras call ``function()`` when it creates the deferred ``variable``."""
+    set_object_method(variable, "_deferred_initialize", function)
+
+
 def in_saved_model_save():
     # Public stand-in: none; `tf.saved_model.save` and `tf.train.Checkpoint` serialize
     # variables through the same `_serialize_to_tensors`. SavedModel traces inside its save
@@ -259,6 +289,35 @@ def restore_variable(variable, tensors):
         return type(variable)._restore_from_tensors(variable, tensors)
     except NotImplementedError:
         return variable.assign(tensors["VARIABLE_VALUE"])
+
+
+def optimizer_own_variables(optimizer):
+    # Public stand-in: `Optimizer.variables` of a LossScaleOptimizer also lists its inner
+    # optimizer's; the wrapper's own variables are its tracked `_variables`.
+    """The variables ``optimizer`` itself created (not its inner optimizer's)."""
+    return list(optimizer._variables)
+
+
+def optimizer_built_variables(optimizer):
+    # Public stand-in: none; the trainable variables an optimizer was built for, which
+    # `Optimizer.apply(grads)` without variables uses.
+    """The trainable variables ``optimizer`` was built for."""
+    return list(optimizer._trainable_variables)
+
+
+def optimizer_strategy(optimizer):
+    # Public stand-in: none; a Keras optimizer on TensorFlow records the tf.distribute
+    # strategy it was created in.
+    """The ``tf.distribute`` strategy ``optimizer`` was created in, or None."""
+    return getattr(optimizer, "_distribution_strategy", None)
+
+
+def build_optimizer_base(optimizer, variables):
+    # Public stand-in: `keras.optimizers.Optimizer.build`, called past a subclass's own build
+    # (LossScaleOptimizer.build builds its inner optimizer for the model's variables, where
+    # MasterWeightOptimizer's inner optimizer is built for the masters).
+    """Run Keras's base ``Optimizer.build`` for ``optimizer`` (records ``variables``)."""
+    keras.optimizers.Optimizer.build(optimizer, variables)
 
 
 def strategy_supports_no_merge_call():

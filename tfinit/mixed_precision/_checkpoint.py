@@ -44,8 +44,7 @@ def install_variable_hooks(tf_var):
         with tf.control_dependencies(_deps(op)):
             return _pairs._assign_cast(pair.copy, pair.master.read_value())
 
-    internals.set_object_method(tf_var, "_serialize_to_tensors", _serialize_to_tensors)
-    internals.set_object_method(tf_var, "_restore_from_tensors", _restore_from_tensors)
+    internals.checkpoint_through(tf_var, _serialize_to_tensors, _restore_from_tensors)
 
 
 def check_copy_matches_master(pair):

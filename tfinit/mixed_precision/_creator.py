@@ -70,7 +70,7 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     tf = _backend.tensorflow("tfinit.mixed_precision.scope")
     spec = pair_spec(mode, compute_dtype, "tfinit.mixed_precision.scope", master)
     strategy = tf.distribute.get_strategy()
-    if spec.compute_dtype == "bfloat16" and getattr(strategy.extended, "_num_workers", 1) > 1:
+    if spec.compute_dtype == "bfloat16" and internals.num_workers(strategy) > 1:
         # MWMS broadcasts every variable's initial value with CollectiveBcastSend, which
         # has no bfloat16 kernel: the 16-bit copies could not even be created.
         raise ValueError(
@@ -169,7 +169,7 @@ def _defer_pairing(state, layer):
             if state.spec.is_pseudo and _pairs.pair_of(variable) is not None:
                 _checkpoint.install_layer_hooks(layer)
 
-        internals.set_object_method(variable, "_deferred_initialize", initialize_in_scope)
+        internals.set_deferred_initializer(variable, initialize_in_scope)
 
 
 def _check_strategy(state, tf):

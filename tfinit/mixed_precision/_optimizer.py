@@ -205,11 +205,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
             _variable.keep_state_in(self.inner_optimizer, self.state_dtype)
         self.inner_optimizer.build(targets)
         # Not LossScaleOptimizer.build: the inner optimizer is built for the masters above.
-        keras.optimizers.Optimizer.build(self, var_list)
+        internals.build_optimizer_base(self, var_list)
 
     @property
     def variables(self):
-        return self._variables + self.inner_optimizer.variables
+        return internals.optimizer_own_variables(self) + self.inner_optimizer.variables
 
     # -- the step ---------------------------------------------------------------------
     def scale_loss(self, loss):
@@ -224,7 +224,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
             if not self.built:
                 raise ValueError("MasterWeightOptimizer.apply without variables needs a "
                                  "built optimizer: call build(variables) first.")
-            trainable_variables = self._trainable_variables
+            trainable_variables = internals.optimizer_built_variables(self)
         grads, trainable_variables = list(grads), list(trainable_variables)
         if not grads:
             return
@@ -274,7 +274,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         if tf.distribute.has_strategy():
             strategy = tf.distribute.get_strategy()
         else:
-            strategy = getattr(self.inner_optimizer, "_distribution_strategy", None)
+            strategy = internals.optimizer_strategy(self.inner_optimizer)
             if strategy is None or strategy is tf.distribute.get_strategy():
                 return
         for variable, target in zip(variables, targets):

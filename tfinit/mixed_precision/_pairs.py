@@ -255,7 +255,7 @@ def _run(updates):
             strategy.extended.update(variable, fn, args=args, group=False)
 
     strategy = tf.distribute.get_strategy()
-    owner = getattr(updates[0][0], "_distribute_strategy", None)
+    owner = internals.owning_strategy(updates[0][0])
     if owner is not None and owner is not strategy:
         # Distributed pairs refreshed outside their strategy's scope (e.g. Keras's end-of-fit
         # finalize_variable_values, or after fit returns): update them through their owner.
@@ -278,7 +278,7 @@ def refresh(pairs):
 def _one_device(pairs):
     """Whether ``pairs`` are updated in one call per step: no distribution strategy."""
     return bool(pairs) and not tf.distribute.has_strategy() and all(
-        getattr(p.copy, "_distribute_strategy", None) is None for p in pairs)
+        internals.owning_strategy(p.copy) is None for p in pairs)
 
 
 def open_masters(pairs):

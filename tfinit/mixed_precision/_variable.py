@@ -197,7 +197,7 @@ def master_variable(pair):
 def _scratch_variable(pair):
     """An fp32 variable of the pair's shape, created where the pair lives, then emptied."""
     copy = pair.copy
-    owner = getattr(copy, "_distribute_strategy", None)
+    owner = internals.owning_strategy(copy)
     with owner.scope() if owner is not None else contextlib.nullcontext():
         # Known rank, unknown dimensions: it holds an empty tensor of that rank between steps
         # (the Keras variable around it has the full shape the optimizer's slots are built from).
