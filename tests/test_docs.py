@@ -2,8 +2,9 @@
 
 The examples are doctests: each one is run here, so a docstring cannot drift from the
 code. Examples of the names that create ``tf.Variable``s need the TensorFlow backend.
-Beyond ``tfinit.__all__``: every name in ``tfinit.caffe2.__all__``, ``tfinit.cli``'s
-entry points and ``tfinit.sources.open_source``.
+Beyond ``tfinit.__all__``: every name in ``tfinit.caffe2.__all__`` and
+``tfinit.mixed_precision.__all__`` (TensorFlow only: the module refuses other backends),
+``tfinit.cli``'s entry points and ``tfinit.sources.open_source``.
 """
 
 import dataclasses
@@ -23,15 +24,29 @@ NEEDS_TENSORFLOW = {
 NAMES = sorted(n for n in tfinit.__all__ if not inspect.ismodule(getattr(tfinit, n)))
 #: public names of submodules: all of tfinit.caffe2, the command line, tfinit.sources
 CAFFE2 = sorted(tfinit.caffe2.__all__)
+#: tfinit.mixed_precision.__all__, listed here: importing the module needs TensorFlow
+#: (test_every_mixed_precision_name_is_covered checks the list against the module)
+MIXED_PRECISION = sorted([
+    "scope", "parameter_info", "MasterWeightOptimizer", "sync_copies", "get_master_weights",
+    "set_master_weights", "save_weights", "EarlyStopping", "Caffe2MomentumSGD", "PairPolicy",
+    "PseudoFP16Policy",
+])
+#: submodules whose names need the TensorFlow backend
+TENSORFLOW_MODULES = {"tfinit.mixed_precision"}
 MORE = [("tfinit.caffe2", n) for n in CAFFE2] + [
     ("tfinit.cli", "main"), ("tfinit.cli", "build_parser"), ("tfinit.cli", "UsageError"),
     ("tfinit.sources", "open_source"),
-]
+] + [("tfinit.mixed_precision", n) for n in MIXED_PRECISION]
 
 
 def _param(name):
     marks = [pytest.mark.tensorflow_only] if name in NEEDS_TENSORFLOW else []
     return pytest.param(name, marks=marks, id=name)
+
+
+def _more_param(module, name):
+    marks = [pytest.mark.tensorflow_only] if module in TENSORFLOW_MODULES else []
+    return pytest.param(module, name, marks=marks, id=f"{module}.{name}")
 
 
 def _takes_arguments(obj):
@@ -51,6 +66,13 @@ def _is_record(obj):
 def test_every_public_name_is_covered():
     assert len(NAMES) >= 23 and "get" in NAMES and "XavierFill" in NAMES
     assert len(CAFFE2) >= 24 and "DataType" in CAFFE2 and "Caffe2LSTM" in CAFFE2
+
+
+@pytest.mark.tensorflow_only
+def test_every_mixed_precision_name_is_covered():
+    from tfinit import mixed_precision
+
+    assert sorted(mixed_precision.__all__) == MIXED_PRECISION
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in NAMES])
@@ -77,7 +99,7 @@ def test_public_name_examples_run(name):
     assert runner.summarize(verbose=False).failed == 0, "".join(failures)
 
 
-@pytest.mark.parametrize("module, name", MORE, ids=[f"{m}.{n}" for m, n in MORE])
+@pytest.mark.parametrize("module, name", [_more_param(m, n) for m, n in MORE])
 def test_submodule_names_document_and_run_their_examples(module, name):
     import importlib
 

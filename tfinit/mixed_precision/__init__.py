@@ -1,10 +1,24 @@
 """fp32 master weights beside 16-bit compute copies (Caffe2's PseudoFP16, arXiv 1710.03740).
 
+The concepts, one line each (their modules in brackets):
+
+- scope / ScopeState: one entered scope = its PairSpec, strategy and policy [_creator, _state].
+- PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules [_policy].
+- Pair: what hangs on a paired tf.Variable: ParameterInfo (param, blob_copy) + PairSpec [_pairs].
+- PairedVariable: the Keras variable a layer holds: computes 16-bit, writes reach the master.
+- MasterVariable: the fp32 master as the Keras variable the inner optimizer updates [_variable].
+- the split master: bfloat16 copy + int16 remainder, no fp32 variable [tfinit._split_master].
+- MasterWeightOptimizer: scale, unscale in fp32, update masters, re-cast copies [_optimizer].
+- the checkpoint hooks: every save format stores a pair's fp32 master [_checkpoint].
+
+The public names:
+
 - ``scope(mode, compute_dtype, master="fp32")``: pair the variables of layers constructed
   inside with fp32 masters, whenever those layers build (``master="split"``, bfloat16
-  pseudo_fp16 only: the bfloat16 copy plus an int16 remainder hold the master exactly, no
-  fp32 variable between steps).
+  pseudo_fp16 only: the bfloat16 copy plus an int16 remainder hold the master, exactly but
+  for one float32 ulp in a rare tie; no fp32 variable between steps).
 - ``parameter_info(variable)``: the ``ParameterInfo`` (param + ``blob_copy``) of a pair.
+- ``PairPolicy`` (``PseudoFP16Policy``, tfinit 0.1's name): the dtype policy of the layers.
 - ``MasterWeightOptimizer(optimizer, loss_scale="auto", state_dtype=None)``: update masters,
   re-cast copies (``"auto"``: dynamic loss scaling for float16, none for bfloat16, as Keras's
   mixed policies; ``state_dtype="bfloat16"``: the inner optimizer's per-variable state in

@@ -17,8 +17,47 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="tfinit")
 class Caffe2MomentumSGD(keras.optimizers.Optimizer):
-    """Momentum SGD with Caffe2's exact update rule (see module docstring)."""
+    """Momentum SGD with Caffe2's exact update rule (``MomentumSGDUpdate``).
 
+    Caffe2's ``momentum_sgd_op.h`` in fp32, with ``lr`` and ``mu``:
+
+    - nesterov:  ``m' = mu*m + lr*g;  param -= (1 + mu)*m' - mu*m``
+    - otherwise: ``m' = lr*g + mu*m;  param -= m'``
+
+    Keras's ``SGD(momentum=mu, nesterov=True)`` takes the same step in exact arithmetic but
+    rounds differently in fp32 (a few ulps of ``|m|`` per step). Wrapped,
+    ``MasterWeightOptimizer(Caffe2MomentumSGD(lr, 0.9))`` is Caffe2's MultiPrecisionSgd bit
+    for bit. A momentum slot is made for every variable even when ``momentum=0`` (Caffe2's
+    ``<P>_momentum``); sparse gradients are densified (Caffe2 rejected them).
+
+    Args:
+        learning_rate: a float, a ``keras.optimizers.schedules.LearningRateSchedule`` or a
+            callable, as for any Keras optimizer (Caffe2's ``lr`` blob, positive here: the
+            step is subtracted).
+        momentum: ``mu``, a float in ``[0, 1]``.
+        nesterov: Caffe2's ``nesterov`` argument; ``True`` by default, as in Caffe2's SGD
+            builders (``build_sgd``, ``build_multi_precision_sgd``).
+        name: the optimizer's name.
+        **kwargs: the other arguments of ``keras.optimizers.Optimizer`` (``weight_decay``,
+            ``clipnorm``, ``use_ema``...).
+
+    Raises:
+        ValueError: ``momentum`` is not a float in ``[0, 1]``.
+
+    Example:
+
+    >>> import keras
+    >>> import numpy as np
+    >>> from tfinit import mixed_precision as mp
+    >>> param = keras.Variable([1.0, 2.0])
+    >>> opt = mp.Caffe2MomentumSGD(learning_rate=0.5, momentum=0.5)
+    >>> _ = opt.apply_gradients([(np.array([1.0, -1.0], "float32"), param)])
+    >>> param.numpy()                                   # -= (1 + 0.5) * 0.5 * g
+    array([0.25, 2.75], dtype=float32)
+    >>> _ = opt.apply_gradients([(np.array([1.0, -1.0], "float32"), param)])
+    >>> param.numpy()                                   # m' = 0.75 g: -= 1.125 g - 0.25 g
+    array([-0.625,  3.625], dtype=float32)
+    """
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=True,
                  name="caffe2_momentum_sgd", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)

@@ -39,7 +39,18 @@ active_scope = _state.active
 
 @contextlib.contextmanager
 def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
-    """Create fp32 master + 16-bit copy pairs for the variables created inside.
+    """Pair the trainable floating variables of layers constructed inside with fp32 masters.
+
+    Caffe2's ``PseudoFP16Initializer`` / ``ReversePseudoFP16Initializer``: each variable gets
+    an fp32 master and a 16-bit copy, ``copy = cast(master)``; the master is filled first
+    (Keras layers: the initializer runs in float32). Layers compute with the copy; the
+    optimizer (``MasterWeightOptimizer``, which ``compile`` puts in), penalties, constraints
+    and files use the master. Layers constructed inside pair up whenever they build, also
+    after the ``with`` block (a subclassed model built by its first call or by ``fit``).
+    Non-trainable, integer and float64 variables, and Keras variables requested in float32
+    in pseudo_fp16 mode (normalization layers, layers given ``dtype="float32"``), stay as
+    they are. Enter it inside ``strategy.scope()`` to get distributed masters and copies.
+    Scopes nest; the previous Keras dtype policy is restored on exit.
 
     Args:
         mode: ``"pseudo_fp16"`` (code sees the 16-bit copy; the master is
@@ -49,11 +60,12 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
             numpy dtypes are accepted.
         master: ``"fp32"`` (an fp32 master variable beside each copy) or ``"split"``
             (pseudo_fp16 with bfloat16 only: the bfloat16 copy plus an int16 remainder,
-            ``blob_copy[tf.int16]``, hold the master exactly; no fp32 variable, 4 bytes per
+            ``blob_copy[tf.int16]``, hold the master, exactly but for one float32 ulp in a
+            rare tie (``tfinit._split_master``); no fp32 variable between steps, 4 bytes per
             parameter instead of 6). Everything else behaves as with ``"fp32"``.
 
-    Enter it inside ``strategy.scope()`` to get distributed masters and copies. Scopes nest;
-    the previous Keras dtype policy is restored on exit.
+    Returns:
+        A context manager (yields ``None``).
 
     Raises:
         RuntimeError: the Keras backend is not TensorFlow.
@@ -62,10 +74,23 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
 
     Example:
 
-    >>> with tfinit.mixed_precision.scope("pseudo_fp16", compute_dtype="float16"):
+    >>> import keras
+    >>> import tensorflow as tf
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
     ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    >>> model.layers[0].kernel.dtype
-    'float16'
+    >>> kernel = model.layers[0].kernel
+    >>> kernel.dtype, mp.parameter_info(kernel).blob_copy[tf.float32].dtype.name
+    ('float16', 'float32')
+    >>> with mp.scope("reverse", compute_dtype="bfloat16"):
+    ...     dense = keras.layers.Dense(2)
+    >>> dense.build((None, 4))                          # builds later, still paired
+    >>> dense.kernel.dtype, dense.compute_dtype
+    ('float32', 'bfloat16')
+    >>> with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
+    ...     split = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> sorted(d.name for d in mp.parameter_info(split.layers[0].kernel).blob_copy)
+    ['int16']
     """
     tf = _backend.tensorflow("tfinit.mixed_precision.scope")
     spec = pair_spec(mode, compute_dtype, "tfinit.mixed_precision.scope", master)

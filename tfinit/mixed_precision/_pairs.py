@@ -148,16 +148,40 @@ def variable_label(variable):
 def parameter_info(variable):
     """The ``ParameterInfo`` of a variable created in ``tfinit.mixed_precision.scope``.
 
+    Caffe2's ``ParameterInfo`` of a PseudoFP16 parameter: ``param`` is the blob the net
+    computes with and ``blob_copy`` maps a dtype to the other blob of the pair.
+
     Args:
         variable: a Keras variable or ``tf.Variable``.
 
     Returns:
         The ``ParameterInfo``: ``param`` is the variable the code sees, ``blob_copy`` maps the
-        other dtype (``tf.float32`` in pseudo_fp16, the 16-bit dtype in reverse) to the other
-        variable.
+        other dtype (``tf.float32`` in pseudo_fp16, the 16-bit dtype in reverse, ``tf.int16``
+        with ``master="split"``: the remainder) to the other variable.
 
     Raises:
         ValueError: the variable has no master/copy pair.
+
+    Example:
+
+    >>> import keras
+    >>> import tensorflow as tf
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     dense = keras.layers.Dense(2, kernel_initializer="ones")
+    ...     dense.build((None, 3))
+    >>> info = mp.parameter_info(dense.kernel)
+    >>> info
+    ParameterInfo(name='kernel', shape=(3, 2), dtype=float16, blob_copy={'float32': ...}, ...)
+    >>> info.param is dense.kernel
+    True
+    >>> master = info.blob_copy[tf.float32]
+    >>> master.dtype.name, master.numpy()[0]
+    ('float32', array([1., 1.], dtype=float32))
+    >>> mp.parameter_info(keras.Variable(1.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: Variable ... has no fp32 master/16-bit copy pair: ...
     """
     info = lookup(variable)
     if info is None:
@@ -343,11 +367,35 @@ def pairs_of(variables):
 
 
 def sync_copies(model_or_variables):
-    """Refresh every 16-bit copy from its fp32 master; returns how many were refreshed.
+    """Refresh every 16-bit copy from its fp32 master (``copy = cast(master)``).
 
-    Accepts a Keras layer/model, a ``tf.Module``, one variable or an iterable of them.
-    Call it after assigning masters by hand (restores through tfinit hooks and
-    ``MasterWeightOptimizer`` steps refresh copies themselves).
+    Call it after assigning masters by hand (restores through tfinit's hooks,
+    ``set_master_weights`` and ``MasterWeightOptimizer`` steps refresh copies themselves).
+    A split pair's copy is always its master's top half: nothing to refresh.
+
+    Args:
+        model_or_variables: a Keras layer/model, a ``tf.Module``, one variable or an
+            iterable of them.
+
+    Returns:
+        The number of distinct pairs among them (those refreshed, split pairs included).
+
+    Raises:
+        TypeError: ``model_or_variables`` is none of these.
+
+    Example:
+
+    >>> import keras
+    >>> import tensorflow as tf
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> kernel = model.layers[0].kernel
+    >>> _ = mp.parameter_info(kernel).blob_copy[tf.float32].assign([[0.5], [2.0]])
+    >>> mp.sync_copies(model)                           # kernel and bias
+    2
+    >>> kernel.numpy().ravel()
+    array([0.5, 2. ], dtype=float16)
     """
     pairs = pairs_of(variables_of(model_or_variables, "sync_copies"))
     refresh(pairs)

@@ -32,9 +32,37 @@ NORMALIZATION_LAYERS = tuple(
 class PairPolicy(keras.dtype_policies.DTypePolicy):
     """The dtype policy of a layer whose trainable floating variables have fp32 masters.
 
+    ``scope`` makes it Keras's global policy, so every layer constructed inside takes it and
+    keeps it: the scope's rules apply whenever the layer builds, and it is saved in the
+    layer's ``.keras`` config. Its name is Keras's for the same dtypes: pseudo_fp16 computes
+    and stores in the 16-bit dtype (``"float16"``; the masters are fp32), reverse is
+    ``"mixed_<dtype>"``. Normalization layers without an explicit dtype switch to
+    ``mixed_<dtype>`` when they build (fp32 weights, as Caffe2 kept spatbn in fp32).
+    Rebuilding a layer from its config outside a scope raises (it would get 16-bit weights
+    without masters); inside a scope the layer takes that scope's dtypes.
+
     Args:
         compute_dtype: ``"float16"`` or ``"bfloat16"``.
         mode: ``"pseudo_fp16"`` or ``"reverse"``.
+
+    Raises:
+        ValueError: a bad ``compute_dtype`` or ``mode``; ``from_config`` outside a scope.
+
+    Example:
+
+    >>> import keras
+    >>> from tfinit import mixed_precision as mp
+    >>> policy = mp.PairPolicy("bfloat16", "reverse")
+    >>> policy, policy.name, policy.compute_dtype, policy.variable_dtype
+    (<PairPolicy "reverse" bfloat16>, 'mixed_bfloat16', 'bfloat16', 'float32')
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     dense = keras.layers.Dense(2)
+    >>> dense.dtype_policy
+    <PairPolicy "pseudo_fp16" float16>
+    >>> mp.PairPolicy.from_config(policy.get_config())  # outside a scope
+    Traceback (most recent call last):
+    ...
+    ValueError: This layer's config comes from a model built in tfinit.mixed_precision...
     """
 
     def __init__(self, compute_dtype="float16", mode="pseudo_fp16"):
@@ -77,7 +105,28 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
 
 @keras.saving.register_keras_serializable(package="tfinit")
 class PseudoFP16Policy(PairPolicy):
-    """The name tfinit 0.1 saved its pseudo_fp16 policy under; loads as :class:`PairPolicy`."""
+    """tfinit 0.1's name for the pseudo_fp16 :class:`PairPolicy`, kept so its files load.
+
+    A ``PairPolicy(name, "pseudo_fp16")`` saved under its old name and config
+    (``{"name": <dtype>}``); ``from_config`` gives a :class:`PairPolicy` of the active
+    scope. New code uses :class:`PairPolicy`.
+
+    Args:
+        name: the 16-bit compute dtype, ``"float16"`` or ``"bfloat16"``.
+
+    Raises:
+        ValueError: a bad ``name``; ``from_config`` outside a scope.
+
+    Example:
+
+    >>> from tfinit import mixed_precision as mp
+    >>> old = mp.PseudoFP16Policy("bfloat16")
+    >>> old, old.get_config()
+    (<PairPolicy "pseudo_fp16" bfloat16>, {'name': 'bfloat16'})
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     mp.PseudoFP16Policy.from_config(old.get_config())   # the scope's dtypes
+    <PairPolicy "pseudo_fp16" float16>
+    """
 
     def __init__(self, name="float16"):
         super().__init__(name, "pseudo_fp16")

@@ -23,7 +23,9 @@ def _weights(model_or_layer, who):
 def get_master_weights(model_or_layer):
     """One numpy array per ``model_or_layer.weights`` entry, masters in place of copies.
 
-    The fp32 master of a paired variable (in both modes), the value of any other variable.
+    The master-aware ``get_weights``: the fp32 master of a paired variable (in both modes;
+    a split pair's rebuilt exactly), the value of any other variable. ``get_weights`` itself
+    gives each variable's own dtype (the 16-bit copy in pseudo_fp16).
 
     Args:
         model_or_layer: a Keras model or layer.
@@ -31,10 +33,23 @@ def get_master_weights(model_or_layer):
     Returns:
         A list of numpy arrays, in ``model_or_layer.weights`` order.
 
+    Raises:
+        TypeError: ``model_or_layer`` is not a Keras model or layer.
+
     Example:
 
-    >>> best = tfinit.mixed_precision.get_master_weights(model)
-    >>> tfinit.mixed_precision.set_master_weights(model, best)   # exactly, copies re-cast
+    >>> import keras
+    >>> import numpy as np
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> mp.set_master_weights(model, [np.full((2, 1), 1.0001, "float32"), np.zeros(1)])
+    >>> [w.dtype.name for w in mp.get_master_weights(model)]
+    ['float32', 'float32']
+    >>> mp.get_master_weights(model)[0].ravel()        # the masters, exactly
+    array([1.0001, 1.0001], dtype=float32)
+    >>> model.get_weights()[0].ravel()                  # the float16 copies
+    array([1., 1.], dtype=float16)
     """
     arrays = []
     for variable in _weights(model_or_layer, "get_master_weights"):
@@ -46,12 +61,40 @@ def get_master_weights(model_or_layer):
 def set_master_weights(model_or_layer, arrays):
     """Set every weight from ``arrays`` (as from :func:`get_master_weights`) exactly.
 
-    A paired variable's fp32 master is set to its array (never rounded through 16 bits) and
-    its copy re-cast; any other variable is assigned as ``set_weights`` would.
+    The master-aware ``set_weights``: a paired variable's fp32 master is set to its array
+    (never rounded through 16 bits) and its copy re-cast, as a Caffe2 restore of the fp32
+    blob followed by the ``FloatToHalf`` copy; any other variable is assigned as
+    ``set_weights`` would.
+
+    Args:
+        model_or_layer: a Keras model or layer.
+        arrays: one array per ``model_or_layer.weights`` entry, in that order (fp32 for
+            paired variables; 16-bit arrays are widened exactly).
+
+    Returns:
+        None.
 
     Raises:
+        TypeError: ``model_or_layer`` is not a Keras model or layer.
         ValueError: the number of arrays, or one array's shape, does not match; the message
             names the variable.
+
+    Example:
+
+    >>> import keras
+    >>> import numpy as np
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
+    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> best = mp.get_master_weights(model)
+    >>> model.set_weights([np.ones((2, 1)), np.ones(1)])  # as a bad epoch would
+    >>> mp.set_master_weights(model, best)                 # exactly, copies re-cast
+    >>> all(np.array_equal(a, b) for a, b in zip(mp.get_master_weights(model), best))
+    True
+    >>> mp.set_master_weights(model, best[:1])
+    Traceback (most recent call last):
+    ...
+    ValueError: set_master_weights: 'sequential...' has 2 weights; received 1 arrays.
     """
     variables = _weights(model_or_layer, "set_master_weights")
     arrays = list(arrays)
@@ -77,6 +120,9 @@ def set_master_weights(model_or_layer, arrays):
 def save_weights(model, filepath, dtype=None):
     """Write a plain Keras ``.weights.h5`` file of ``model`` with every float in ``dtype``.
 
+    ``model.save_weights`` of a paired model also writes fp32 masters; this one writes them
+    in one chosen dtype, so a plain Keras model of that dtype (no scope) loads the file.
+
     Args:
         model: a Keras model (paired or not).
         filepath: the ``.weights.h5`` path.
@@ -84,9 +130,28 @@ def save_weights(model, filepath, dtype=None):
             writes); ``"float16"`` / ``"bfloat16"``: the masters rounded to nearest, for a
             plain Keras model of that dtype. Non-float weights are written as they are.
 
+    Returns:
+        None.
+
     Raises:
         ValueError: ``dtype`` is not one of these, or ``filepath`` does not end in
             ``.weights.h5``.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> import keras
+    >>> import numpy as np
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> mp.set_master_weights(model, [np.full((2, 1), 1.0001, "float32"), np.zeros(1)])
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.weights.h5")
+    >>> mp.save_weights(model, path, dtype="float16")
+    >>> plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, dtype="float16")])
+    >>> plain.load_weights(path)                        # a plain float16 model, no scope
+    >>> plain.get_weights()[0].ravel()
+    array([1., 1.], dtype=float16)
     """
     target = MASTER_DTYPE if dtype is None else dtype_name(dtype)
     if target not in (MASTER_DTYPE,) + COMPUTE_DTYPES:
