@@ -108,13 +108,20 @@ def spatial_bn(x, s, b, rm, riv, eps):
 
 def pool(x, kernel, stride, pads=(0, 0, 0, 0), mode="max"):
     """Caffe2 pooling: floor output size; padded cells ignored (max and average)."""
-    n, c, h, w = x.shape
+    _, _, h, w = x.shape
     oh = (h + pads[0] + pads[2] - kernel[0]) // stride[0] + 1
     ow = (w + pads[1] + pads[3] - kernel[1]) // stride[1] + 1
-    out = np.zeros((n, c, oh, ow), np.float32)
-    for i in range(oh):
-        for j in range(ow):
-            top, left = i * stride[0] - pads[0], j * stride[1] - pads[1]
+    return _pool_windows(x, kernel, stride, pads[:2], (oh, ow), mode)
+
+
+def _pool_windows(x, kernel, stride, head_pads, sizes, mode):
+    """Output ``(i, j)`` pools window ``[i*s - p, i*s - p + k)`` per axis, clipped to the
+    input (padded cells ignored; average divides by the cells inside)."""
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, *sizes), np.float32)
+    for i in range(sizes[0]):
+        for j in range(sizes[1]):
+            top, left = i * stride[0] - head_pads[0], j * stride[1] - head_pads[1]
             window = x[:, :, max(top, 0):min(top + kernel[0], h),
                        max(left, 0):min(left + kernel[1], w)]
             out[:, :, i, j] = window.max(axis=(2, 3)) if mode == "max" else window.mean(
@@ -292,22 +299,14 @@ def ceil_pool(x, kernel, stride, pad, mode="max"):
     ``out = ceil((n + 2p - k) / s) + 1``, minus 1 when ``p > 0`` and the last window would
     start at or past ``n + p``; window ``i`` is ``[i*s - p, i*s - p + k)`` clipped to the
     input; average divides by the cells inside."""
-    n, c, h, w = x.shape
+    _, _, h, w = x.shape
     sizes = []
     for size, k, s, p in zip((h, w), kernel, stride, pad):
         out = int(np.ceil((size + 2 * p - k) / s)) + 1
         if p > 0 and (out - 1) * s >= size + p:
             out -= 1
         sizes.append(out)
-    y = np.zeros((n, c, *sizes), np.float32)
-    for i in range(sizes[0]):
-        for j in range(sizes[1]):
-            top, left = i * stride[0] - pad[0], j * stride[1] - pad[1]
-            window = x[:, :, max(top, 0):min(top + kernel[0], h),
-                       max(left, 0):min(left + kernel[1], w)]
-            y[:, :, i, j] = window.max(axis=(2, 3)) if mode == "max" else window.mean(
-                axis=(2, 3))
-    return y
+    return _pool_windows(x, kernel, stride, pad, sizes, mode)
 
 
 def caffe_style(seed=0):
