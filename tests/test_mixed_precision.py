@@ -588,3 +588,17 @@ def test_creator_accepts_a_shape_keyword(mode):
     info = mp.parameter_info(v)
     assert tuple(v.shape) == (2, 3) and info.shape == (2, 3)
     assert master(v).numpy().tolist() == [[1.5] * 3] * 2
+
+
+def test_reading_dynamic_before_the_first_step_does_not_fix_auto():
+    """A float16 scope entered earlier must not decide a bfloat16 model's scaling just
+    because `dynamic` was read before the optimizer saw the model."""
+    with mp.scope("pseudo_fp16", "float16"):
+        float16_layer = keras.layers.Dense(1)
+    float16_layer(np.ones((1, 1), np.float32))  # the last paired read in this thread
+    with mp.scope("pseudo_fp16", "bfloat16"):
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1))
+    assert opt.dynamic is True  # what this thread's last read says before the model is known
+    opt.build(model.trainable_variables)
+    assert opt.dynamic is False and float(opt.dynamic_scale.numpy()) == 1.0

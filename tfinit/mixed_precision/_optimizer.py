@@ -177,11 +177,12 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                 self._scaling = _resolved_scaling({state.spec.compute_dtype})
 
     # -- loss scaling -----------------------------------------------------------------
-    def _resolve_scaling(self, pairs=None):
+    def _resolve_scaling(self, pairs=None, commit=True):
         """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else the
         paired variable a layer call read last in this thread (``fit`` scales the loss before
         it builds the optimizer, right after the forward pass), else the scopes this process
-        has entered; ``"dynamic"`` when they disagree (always correct)."""
+        has entered; ``"dynamic"`` when they disagree (always correct). ``commit=False``
+        answers what it would be now without fixing it (a read of ``dynamic``)."""
         if self._scaling != _AUTO:
             return self._scaling
         candidates = []
@@ -193,18 +194,20 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         if _state.last_read() is not None:
             candidates.append({_state.last_read()})
         candidates.append(_state.compute_dtypes_used())
+        scaling = None  # no 16-bit variable anywhere: an fp32 model needs no scaling
         for dtypes in candidates:
-            scaling = _resolved_scaling(dtypes)
-            if scaling != _AUTO:
-                self._scaling = scaling
-                return scaling
-        self._scaling = None  # no 16-bit variable anywhere: an fp32 model needs no scaling
-        return None
+            if _resolved_scaling(dtypes) != _AUTO:
+                scaling = _resolved_scaling(dtypes)
+                break
+        if commit:
+            self._scaling = scaling
+        return scaling
 
     @property
     def dynamic(self):
-        """Whether the loss scale is dynamic (``"auto"`` is resolved by the first step)."""
-        return self._resolve_scaling() == "dynamic"
+        """Whether the loss scale is dynamic (``"auto"`` is fixed by the first step; reading
+        this before it does not fix it)."""
+        return self._resolve_scaling(commit=False) == "dynamic"
 
     def _initial_scale(self):
         scaling = self._resolve_scaling()
