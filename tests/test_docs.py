@@ -29,7 +29,7 @@ CAFFE2 = sorted(tfinit.caffe2.__all__)
 MIXED_PRECISION = sorted([
     "scope", "parameter_info", "MasterWeightOptimizer", "sync_copies", "get_master_weights",
     "set_master_weights", "save_weights", "EarlyStopping", "Caffe2MomentumSGD", "PairPolicy",
-    "PseudoFP16Policy",
+    "PseudoFP16Policy", "replica_mismatches",
 ])
 #: submodules whose names need the TensorFlow backend
 TENSORFLOW_MODULES = {"tfinit.mixed_precision"}

@@ -32,10 +32,9 @@ values between workers). The master-weight step (unscale, finite check, the shar
 decision, ``tf.cond``, inner update, re-cast) is made of XLA-compilable TensorFlow ops.
 """
 
-import numpy as np
 import tensorflow as tf
 
-from tfinit.mixed_precision import _pairs
+from tfinit.mixed_precision import replica_mismatches  # noqa: F401  (public here too)
 
 # Ops that call back into the Python host or only run on a CPU host: TPUStrategy cannot
 # compile them into the step (tf.print would need outside compilation, a host round trip).
@@ -74,40 +73,6 @@ def train_step(strategy, model, optimizer, loss_fn, global_batch_size):
 def mean_squared_error(y_true, y_pred):
     """Per-example mean squared error over the last axis (a ``loss_fn`` for ``train_step``)."""
     return tf.reduce_mean(tf.square(y_pred - y_true), axis=-1)
-
-
-def replica_mismatches(model_or_variables):
-    """Describe every way the local replicas disagree; an empty list means consistent.
-
-    Checks, for a Keras model/layer, ``tf.Module`` or iterable of variables: every replica
-    holds bit-identical values of each variable, master and 16-bit copy (split pairs: copy
-    and remainder); and on every
-    replica each copy equals ``cast(master)`` bit for bit. Under MultiWorkerMirroredStrategy
-    this covers one worker's replicas; compare workers by their masters' bytes.
-    """
-    problems, seen = [], set()
-    for variable in _pairs.variables_of(model_or_variables, "replica_mismatches"):
-        pair = _pairs.pair_of(variable)
-        name = getattr(variable, "path", None) or variable.name
-        if pair is None:
-            members = [("variable", variable)]
-        elif id(pair) in seen:
-            continue
-        else:
-            seen.add(id(pair))
-            members = pair.stored()
-        for role, member in members:
-            parts = [np.asarray(c.numpy()) for c in _pairs.components(member)]
-            if any(p.tobytes() != parts[0].tobytes() for p in parts[1:]):
-                problems.append(f"{name}: {role} differs between replicas")
-        if pair is not None:
-            per_replica = zip(*[_pairs.components(member) for _, member in members])
-            for replica, parts in enumerate(per_replica):
-                copy = parts[[role for role, _ in members].index("copy")]
-                cast = tf.cast(pair.master_value(list(parts)), copy.dtype).numpy()
-                if cast.tobytes() != copy.numpy().tobytes():
-                    problems.append(f"{name}: copy != cast(master) on replica {replica}")
-    return problems
 
 
 def _graph_nodes(graph_def):

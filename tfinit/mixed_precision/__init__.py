@@ -4,7 +4,8 @@ The concepts, one line each (their modules in brackets):
 
 - scope / ScopeState: one entered scope = its PairSpec, strategy and policy [_creator, _state].
 - PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules [_policy].
-- Pair: what hangs on a paired tf.Variable: ParameterInfo (param, blob_copy) + PairSpec [_pairs].
+- Pair: the one record on a paired tf.Variable: a ParameterInfo (param, blob_copy) whose
+  class (PseudoFP16Pair, ReversePair, SplitPair) is the mode, chosen once [_pairs].
 - PairedVariable: the Keras variable a layer holds: computes 16-bit, writes reach the master.
 - MasterVariable: the fp32 master as the Keras variable the inner optimizer updates [_variable].
 - the split master: bfloat16 copy + int16 remainder, no fp32 variable [tfinit._split_master].
@@ -27,6 +28,7 @@ The public names:
 - ``save_weights(model, path, dtype=None)``: a plain Keras ``.weights.h5`` in one dtype.
 - ``EarlyStopping``: restores the best masters exactly.
 - ``sync_copies(model_or_variables)``: re-cast copies from masters by hand.
+- ``replica_mismatches(model_or_variables)``: where local replicas of pairs disagree.
 - ``Caffe2MomentumSGD``: Caffe2's MomentumSGDUpdate rule bit for bit (MultiPrecisionSgd when
   wrapped in MasterWeightOptimizer).
 
@@ -56,7 +58,8 @@ from tfinit.mixed_precision._weights import get_master_weights, save_weights, se
 from tfinit.mixed_precision._callbacks import EarlyStopping  # noqa: E402
 from tfinit.mixed_precision._optimizer import MasterWeightOptimizer  # noqa: E402
 from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD  # noqa: E402
+from tfinit.mixed_precision._replicas import replica_mismatches  # noqa: E402
 
 __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
            "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
-           "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy"]
+           "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]

@@ -15,7 +15,6 @@
 """
 
 import numpy as np
-import tensorflow as tf
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, dtype_name
@@ -25,50 +24,8 @@ from tfinit.mixed_precision import _pairs
 def install_variable_hooks(tf_var):
     """Make ``tf_var`` (the variable the code holds) checkpoint and restore its master."""
     pair = _pairs.pair_of(tf_var)
-
-    def _serialize_to_tensors():
-        if pair.spec.is_pseudo and not internals.in_saved_model_save():
-            check_copy_matches_master(pair)
-            if pair.spec.is_split:
-                return {"VARIABLE_VALUE": pair.master_value()}
-            return internals.serialize_variable(pair.master)
-        return internals.serialize_variable(tf_var)
-
-    def _restore_from_tensors(restored_tensors):
-        if pair.spec.is_split:
-            return pair.assign_master(restored_tensors["VARIABLE_VALUE"])
-        if pair.spec.is_pseudo:
-            op = internals.restore_variable(pair.master, restored_tensors)
-        else:
-            op = internals.restore_variable(tf_var, restored_tensors)
-        with tf.control_dependencies(_deps(op)):
-            return _pairs._assign_cast(pair.copy, pair.master.read_value())
-
-    internals.checkpoint_through(tf_var, _serialize_to_tensors, _restore_from_tensors)
-
-
-def check_copy_matches_master(pair):
-    """Refuse to save a pair whose 16-bit copy was changed behind its master's back.
-
-    Raises:
-        ValueError: ``copy != cast(master)`` (e.g. a plain Keras optimizer trained the copy);
-            saving the master would silently drop those updates.
-    """
-    if not tf.executing_eagerly():
-        return
-    cast = tf.cast(pair.master_value(), pair.copy.dtype).numpy()
-    if cast.tobytes() != pair.copy.numpy().tobytes():
-        raise ValueError(
-            f"Variable {pair.name!r}: its 16-bit value was changed without its fp32 master "
-            "(a plain Keras optimizer updates only the 16-bit variable), so saving the master "
-            "would drop those updates. Train paired models with "
-            "tfinit.mixed_precision.MasterWeightOptimizer, or call "
-            "tfinit.mixed_precision.set_master_weights after changing weights by hand."
-        )
-
-
-def _deps(op):
-    return [] if op is None or tf.executing_eagerly() else tf.nest.flatten(op)
+    internals.checkpoint_through(tf_var, lambda: pair.checkpoint_tensors(tf_var),
+                                 pair.restore_tensors)
 
 
 # ------------------------------------------------------------------ Keras weight files
@@ -108,10 +65,8 @@ class StoreView:
 def masters_for_saving(value):
     """What a weights file stores for ``value``: a pair's fp32 master, else ``value``."""
     pair = _pairs.pair_of(value) if hasattr(value, "shape") else None
-    if pair is not None and pair.spec.is_pseudo:
-        check_copy_matches_master(pair)
-        return pair.master_value().numpy()
-    return value
+    stored = None if pair is None else pair.file_value()
+    return value if stored is None else stored
 
 
 def widened_for_loading(value):

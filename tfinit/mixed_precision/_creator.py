@@ -32,7 +32,6 @@ from tfinit.initializers import create_pair
 from tfinit.mixed_precision import _checkpoint, _pairs, _state, _variable
 from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
 from tfinit.mixed_precision._policy import PairPolicy
-from tfinit.parameter_info import ParameterInfo
 
 active_scope = _state.active
 
@@ -191,7 +190,8 @@ def _defer_pairing(state, layer):
         def initialize_in_scope(_initialize=initialize, variable=variable):
             with _activated(state):
                 _initialize()
-            if state.spec.is_pseudo and _pairs.pair_of(variable) is not None:
+            pair = _pairs.pair_of(variable)
+            if pair is not None and pair.computes_with_copy:
                 _checkpoint.install_layer_hooks(layer)
 
         internals.set_deferred_initializer(variable, initialize_in_scope)
@@ -252,16 +252,16 @@ def _create(state, next_creator, **kwargs):
     created = create_pair(name, value, state.spec, trainable=trainable,
                           make_variable=make_variable)
     param = created.param
-    info = ParameterInfo(owner if owner is not None else param, param.shape,
-                         blob_copy=created.blob_copy, name=name)
-    _pairs.attach(param, _pairs.Pair(info, state.spec))
+    pair = _pairs.make_pair(owner if owner is not None else param, param.shape,
+                            created.blob_copy, name=name, spec=state.spec)
+    _pairs.attach(param, pair)
     _checkpoint.install_variable_hooks(param)
     if owner is not None:
         _variable.adopt(owner)
         layer = internals.layer_being_built()
         if layer is not None:
             _keep_pair_policy(layer, state)
-            if state.spec.is_pseudo:
+            if pair.computes_with_copy:
                 _checkpoint.install_layer_hooks(layer)
     return param
 

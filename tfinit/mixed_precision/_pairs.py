@@ -1,23 +1,31 @@
-"""Master/copy pairs: where a variable's ParameterInfo lives and how copies are refreshed.
+"""Master/copy pairs: the one record a paired variable carries, and how copies are refreshed.
 
-A paired variable is the backend ``tf.Variable`` (or distributed variable) that Keras
-or user code holds. Its ``ParameterInfo`` and :class:`PairSpec` hang on it:
+A paired variable is the backend ``tf.Variable`` (or distributed variable) that Keras or user
+code holds. The one thing tfinit attaches to it is its :class:`Pair`: Caffe2's
+``ParameterInfo`` of the parameter (``param``, ``blob_copy``, ``name``, ``shape``) that also
+knows how the pair stores its master. The kind of pair is chosen once, when the pair is made
+(:func:`make_pair`), from its :class:`~tfinit._precision.PairSpec`:
 
-- pseudo_fp16: ``info.param`` is the 16-bit variable, ``blob_copy[tf.float32]`` the master.
-- reverse: ``info.param`` is the fp32 variable (the master), ``blob_copy[16-bit]`` the copy.
-- pseudo_fp16 with ``master="split"``: ``info.param`` is the bfloat16 variable,
+- :class:`PseudoFP16Pair`: ``param`` is the 16-bit variable, ``blob_copy[tf.float32]`` the
+  master (Caffe2's PseudoFP16Initializer).
+- :class:`ReversePair`: ``param`` is the fp32 variable (the master), ``blob_copy[16-bit]`` the
+  copy (Caffe2's ReversePseudoFP16Initializer).
+- :class:`SplitPair` (pseudo_fp16, ``master="split"``): ``param`` is the bfloat16 variable,
   ``blob_copy[tf.int16]`` the remainder; the master is rebuilt from the two
   (``tfinit._split_master``) and no fp32 variable exists between steps.
 
 Every read and write of a master goes through :meth:`Pair.master_value` /
-:meth:`Pair.assign_master`, whichever way the pair stores it.
+:meth:`Pair.assign_master` / :meth:`Pair.add_to_master`, whichever way the pair stores it.
 """
+
+import contextlib
 
 import keras
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
 from tfinit import _split_master
+from tfinit.parameter_info import ParameterInfo
 
 # The attribute tfinit sets on the tf.Variables it pairs (its own name, on its own objects).
 _INFO_ATTRIBUTE = "_tfinit_info"
@@ -25,85 +33,206 @@ _INFO_ATTRIBUTE = "_tfinit_info"
 backend_variable = internals.backend_variable
 
 
-class Pair:
-    """A pair's ParameterInfo with its spec: which variables hold the master and the copy."""
+class Pair(ParameterInfo):
+    """One pair's ``ParameterInfo``, with how the pair stores its fp32 master.
 
-    __slots__ = ("info", "spec", "master_variable", "scratch_kept")
+    Args:
+        param: the variable the code holds (a Keras variable, or the ``tf.Variable``).
+        shape: its shape.
+        blob_copy: ``{dtype: variable}``, the pair's other variable.
+        name: the parameter's name.
+        spec: the pair's :class:`~tfinit._precision.PairSpec`.
+    """
 
-    def __init__(self, info, spec):
-        self.info = info
+    #: whether the code computes with the 16-bit copy (so files and penalties use the master)
+    computes_with_copy = True
+
+    def __init__(self, param, shape, blob_copy, *, name, spec):
+        super().__init__(param, shape, blob_copy=blob_copy, name=name)
         self.spec = spec
         #: the master as the Keras variable an optimizer updates (``_variable.master_variable``)
         self.master_variable = None
-        #: split pairs: whether the scratch keeps its fp32 value between steps (XLA)
-        self.scratch_kept = False
+
+    @property
+    def other(self):
+        """The ``blob_copy`` variable (the master, the copy or the remainder)."""
+        (other,) = self.blob_copy.values()
+        return backend_variable(other)
 
     @property
     def master(self):
-        """The fp32 variable of an fp32-master pair (a split pair has none)."""
-        if self.spec.is_split:
-            raise TypeError(f"Pair {self.name!r} stores its master split (bfloat16 copy + "
-                            "int16 remainder): use master_value() / assign_master().")
-        if self.spec.is_pseudo:
-            (master,) = self.info.blob_copy.values()
-            return backend_variable(master)
-        return backend_variable(self.info.param)
+        """The fp32 variable of an fp32-master pair."""
+        raise NotImplementedError
 
     @property
     def copy(self):
         """The 16-bit variable (re-made from the master after every change of it)."""
-        if self.spec.is_pseudo:
-            return backend_variable(self.info.param)
-        (copy,) = self.info.blob_copy.values()
-        return backend_variable(copy)
-
-    @property
-    def remainder(self):
-        """The int16 remainder of a split pair."""
-        (remainder,) = self.info.blob_copy.values()
-        return backend_variable(remainder)
+        return backend_variable(self.param)
 
     def stored(self):
         """``(role, variable)`` for each variable that holds the pair."""
-        if self.spec.is_split:
-            return [("copy", self.copy), ("remainder", self.remainder)]
         return [("master", self.master), ("copy", self.copy)]
 
     def master_value(self, parts=None):
         """The exact fp32 master as a tensor; ``parts`` are one replica's variables in
         :meth:`stored` order (default: the pair's own)."""
-        parts = parts or [variable for _, variable in self.stored()]
-        if self.spec.is_split:
-            copy, remainder = parts
-            return _split_master.join(copy.read_value(), remainder.read_value())
-        return parts[0].read_value()
+        return (parts or [self.master])[0].read_value()
 
     def assign_master(self, value):
         """Set the master to ``value`` (cast to float32) exactly and re-make the copy."""
-        value = tf.cast(value, tf.float32)
-        if self.spec.is_split:
-            copy, remainder = _split_master.split(value)
-            ops = [self.copy.assign(copy), self.remainder.assign(remainder)]
-            if self.scratch_kept:
-                ops.append(_scratch(self).assign(_split_master.join(copy, remainder)))
-            return tf.group(*ops)
-        self.master.assign(value)
+        self.master.assign(tf.cast(value, tf.float32))
         return refresh([self])
 
     def add_to_master(self, delta):
         """master += ``delta`` (float32 arithmetic) and re-make the copy."""
-        if self.spec.is_split:
-            return self.assign_master(self.master_value() + tf.cast(delta, tf.float32))
         self.master.assign_add(tf.cast(delta, tf.float32))
         return refresh([self])
 
+    def refresh_updates(self):
+        """The ``(variable, fn, args)`` updates that re-make the copy from the master."""
+        return [(self.copy, _assign_cast, (self.master,))]
+
+    def optimized_variable(self):
+        """The fp32 ``tf.Variable`` an optimizer updates in place of the pair."""
+        return self.master
+
+    def checkpoint_tensors(self, tf_var):
+        """What ``tf.train.Checkpoint`` writes under ``tf_var``'s key: the exact master
+        (``tf.saved_model.save`` writes every variable as it is)."""
+        if internals.in_saved_model_save():
+            return internals.serialize_variable(tf_var)
+        check_copy_matches_master(self)
+        return internals.serialize_variable(self.master)
+
+    def restore_tensors(self, tensors):
+        """Restore the master bit-exactly from checkpoint ``tensors``; re-make the copy."""
+        op = internals.restore_variable(self.master, tensors)
+        with tf.control_dependencies(_deps(op)):
+            return _assign_cast(self.copy, self.master.read_value())
+
+    def file_value(self):
+        """What a Keras weights file stores for the pair: the exact master (numpy)."""
+        check_copy_matches_master(self)
+        return self.master_value().numpy()
+
+
+class PseudoFP16Pair(Pair):
+    """The code holds the 16-bit copy; the fp32 master is ``blob_copy[tf.float32]``."""
+
     @property
-    def name(self):
-        return self.info.name
+    def master(self):
+        return self.other
+
+
+class ReversePair(Pair):
+    """The code holds the fp32 master; the 16-bit copy is ``blob_copy[compute_dtype]``."""
+
+    computes_with_copy = False
+
+    @property
+    def master(self):
+        return backend_variable(self.param)
+
+    @property
+    def copy(self):
+        return self.other
+
+    def checkpoint_tensors(self, tf_var):
+        return internals.serialize_variable(tf_var)  # the variable is the master
+
+    def file_value(self):
+        return None  # the variable is the master: files store it as it is
+
+
+class SplitPair(Pair):
+    """The code holds the bfloat16 copy, the master's top half; ``blob_copy[tf.int16]`` is the
+    remainder. No fp32 variable between steps: an optimizer updates a scratch one."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        #: whether the scratch keeps its fp32 value between steps (XLA)
+        self.scratch_kept = False
+
+    @property
+    def master(self):
+        raise TypeError(f"Pair {self.name!r} stores its master split (bfloat16 copy + "
+                        "int16 remainder): use master_value() / assign_master().")
+
+    @property
+    def remainder(self):
+        """The int16 remainder."""
+        return self.other
+
+    def stored(self):
+        return [("copy", self.copy), ("remainder", self.remainder)]
+
+    def master_value(self, parts=None):
+        copy, remainder = parts or [self.copy, self.remainder]
+        return _split_master.join(copy.read_value(), remainder.read_value())
+
+    def assign_master(self, value):
+        copy, remainder = _split_master.split(tf.cast(value, tf.float32))
+        ops = [self.copy.assign(copy), self.remainder.assign(remainder)]
+        if self.scratch_kept:
+            ops.append(_scratch(self).assign(_split_master.join(copy, remainder)))
+        return tf.group(*ops)
+
+    def add_to_master(self, delta):
+        return self.assign_master(self.master_value() + tf.cast(delta, tf.float32))
+
+    def refresh_updates(self):
+        return []  # the copy is always the master's top half
+
+    def optimized_variable(self):
+        return _new_scratch(self)
+
+    def checkpoint_tensors(self, tf_var):
+        if internals.in_saved_model_save():
+            return internals.serialize_variable(tf_var)
+        check_copy_matches_master(self)
+        return {"VARIABLE_VALUE": self.master_value()}
+
+    def restore_tensors(self, tensors):
+        return self.assign_master(tensors["VARIABLE_VALUE"])
+
+
+def make_pair(param, shape, blob_copy, *, name, spec):
+    """The :class:`Pair` of ``spec``'s kind: the one place a pair's mode is asked."""
+    if spec.is_split:
+        kind = SplitPair
+    elif spec.is_pseudo:
+        kind = PseudoFP16Pair
+    else:
+        kind = ReversePair
+    return kind(param, shape, blob_copy, name=name, spec=spec)
+
+
+def check_copy_matches_master(pair):
+    """Refuse to save a pair whose 16-bit copy was changed behind its master's back.
+
+    Raises:
+        ValueError: ``copy != cast(master)`` (e.g. a plain Keras optimizer trained the copy);
+            saving the master would silently drop those updates.
+    """
+    if not tf.executing_eagerly():
+        return
+    cast = tf.cast(pair.master_value(), pair.copy.dtype).numpy()
+    if cast.tobytes() != pair.copy.numpy().tobytes():
+        raise ValueError(
+            f"Variable {pair.name!r}: its 16-bit value was changed without its fp32 master "
+            "(a plain Keras optimizer updates only the 16-bit variable), so saving the master "
+            "would drop those updates. Train paired models with "
+            "tfinit.mixed_precision.MasterWeightOptimizer, or call "
+            "tfinit.mixed_precision.set_master_weights after changing weights by hand."
+        )
+
+
+def _deps(op):
+    return [] if op is None or tf.executing_eagerly() else tf.nest.flatten(op)
 
 
 def attach(tf_var, pair):
-    """Record ``pair`` on the backend variable the code holds."""
+    """Record ``pair`` (the variable's one tfinit record) on the backend variable."""
     setattr(tf_var, _INFO_ATTRIBUTE, pair)
 
 
@@ -118,16 +247,14 @@ def pair_of(variable):
 
 
 def lookup(variable):
-    """The ParameterInfo of a paired variable, or None."""
-    pair = pair_of(variable)
-    return None if pair is None else pair.info
+    """The ParameterInfo (the :class:`Pair`) of a paired variable, or None."""
+    return pair_of(variable)
 
 
 def _pair_of_info(info):
-    pair = pair_of(info.param)
-    if pair is None:
+    if not isinstance(info, Pair):
         raise ValueError(f"ParameterInfo {info.name!r} is not a master/copy pair.")
-    return pair
+    return info
 
 
 def master_of(info):
@@ -183,14 +310,14 @@ def parameter_info(variable):
     ...
     ValueError: Variable ... has no fp32 master/16-bit copy pair: ...
     """
-    info = lookup(variable)
-    if info is None:
+    pair = pair_of(variable)
+    if pair is None:
         raise ValueError(
             f"Variable {variable_label(variable)!r} has no fp32 master/16-bit copy pair: it "
             "was not created inside tfinit.mixed_precision.scope(...) (or it is not a "
             "trainable floating variable). Build the layer/module inside the scope."
         )
-    return info
+    return pair
 
 
 def _assign_cast(copy, master):
@@ -244,8 +371,8 @@ def keep_scratches(pairs):
     scratch is filled with its master now (eagerly, before the compiled step first runs) and
     keeps the exact master from then on (4 more bytes per parameter): every write of the
     master (:meth:`Pair.assign_master`, each step) writes it too."""
-    for pair in pairs:
-        if pair.spec.is_split and not pair.scratch_kept:
+    for pair in _split_pairs(pairs):
+        if not pair.scratch_kept:
             with tf.init_scope():
                 for scratch, copy, remainder in zip(components(_scratch(pair)),
                                                     components(pair.copy),
@@ -265,8 +392,24 @@ def empty(scratch):
     return scratch.assign(empty_value(scratch.shape.rank))
 
 
+def _split_pairs(pairs):
+    return [pair for pair in pairs if isinstance(pair, SplitPair)]
+
+
 def _scratch(pair):
     return backend_variable(pair.master_variable)
+
+
+def _new_scratch(pair):
+    """An fp32 variable for a split pair's master, created where the pair lives, empty."""
+    copy = pair.copy
+    owner = internals.owning_strategy(copy)
+    with owner.scope() if owner is not None else contextlib.nullcontext():
+        # Known rank, unknown dimensions: it holds an empty tensor of that rank between steps
+        # (the Keras variable around it has the full shape the optimizer's slots are built from).
+        return tf.Variable(empty_value(copy.shape.rank), trainable=False,
+                           shape=tf.TensorShape([None] * copy.shape.rank),
+                           name=f"{pair.name}_fp32_scratch")
 
 
 def _run(updates):
@@ -295,8 +438,7 @@ def _run(updates):
 def refresh(pairs):
     """copy <- cast(master) for each fp32-master pair, in any distribution context (a split
     pair's copy is always its master's top half: nothing to do)."""
-    return _run([(pair.copy, _assign_cast, (pair.master,))
-                 for pair in pairs if not pair.spec.is_split])
+    return _run([update for pair in pairs for update in pair.refresh_updates()])
 
 
 def _one_device(pairs):
@@ -309,7 +451,7 @@ def open_masters(pairs):
     """Before an optimizer step: each split pair's scratch variable <- its exact master (a
     kept scratch holds it already: refilling it inside an XLA step would let XLA fuse the
     rebuild into the optimizer's reductions, which can then sum in another order)."""
-    pairs = [pair for pair in pairs if pair.spec.is_split and not pair.scratch_kept]
+    pairs = [pair for pair in _split_pairs(pairs) if not pair.scratch_kept]
     if _one_device(pairs):
         masters = _join_all([p.copy.read_value() for p in pairs],
                             [p.remainder.read_value() for p in pairs])
@@ -323,8 +465,8 @@ def close_masters(pairs):
     """After an optimizer step: copies re-made from the updated masters; each split pair's
     master split back into (copy, remainder) and its scratch emptied (or kept, under XLA)."""
     refresh(pairs)
-    kept = [pair for pair in pairs if pair.spec.is_split and pair.scratch_kept]
-    emptied = [pair for pair in pairs if pair.spec.is_split and not pair.scratch_kept]
+    kept = [pair for pair in _split_pairs(pairs) if pair.scratch_kept]
+    emptied = [pair for pair in _split_pairs(pairs) if not pair.scratch_kept]
     if _one_device(emptied):
         halves = _split_all([_scratch(p).read_value() for p in emptied])
         for pair, (copy, remainder) in zip(emptied, halves):

@@ -26,8 +26,6 @@ variable's own dtype and value (16-bit in pseudo_fp16, fp32 in reverse). Beyond 
   gives its optimizer the ``MasterVariable`` instead.
 """
 
-import contextlib
-
 import keras
 import numpy as np
 import tensorflow as tf
@@ -54,7 +52,7 @@ class PairedVariable(internals.HookedKerasVariable):
         if pair is None:
             return None
         _state.note_read(pair.spec.compute_dtype)
-        if pair.spec.is_pseudo:
+        if pair.computes_with_copy:
             outer = internals.control_flow_outer_graph()
             if outer is None:
                 # The 16-bit variable itself; each read's gradient comes back in fp32.
@@ -76,7 +74,7 @@ class PairedVariable(internals.HookedKerasVariable):
     def regularizer(self):
         penalty = keras.Variable.regularizer.fget(self)
         pair = _pairs.pair_of(self)
-        if penalty is None or pair is None or not pair.spec.is_pseudo:
+        if penalty is None or pair is None or not pair.computes_with_copy:
             return penalty
         return _MasterPenalty(penalty, self)
 
@@ -105,7 +103,7 @@ class PairedVariable(internals.HookedKerasVariable):
                 f"Cannot assign a value of shape {value.shape} to variable {self.path!r} "
                 f"of shape {self.shape}."
             )
-        if pair.spec.is_pseudo and value.dtype == pair.copy.dtype:
+        if pair.computes_with_copy and value.dtype == pair.copy.dtype:
             unchanged = tf.equal(value, pair.copy.read_value())
             pair.assign_master(tf.where(unchanged, pair.master_value(),
                                         tf.cast(value, tf.float32)))
@@ -188,23 +186,9 @@ def master_variable(pair):
     """
     if pair.master_variable is None:
         with tf.init_scope():
-            master = _scratch_variable(pair) if pair.spec.is_split else pair.master
-            pair.master_variable = MasterVariable(pair.info.param, master,
+            pair.master_variable = MasterVariable(pair.param, pair.optimized_variable(),
                                                   shape=pair.copy.shape)
     return pair.master_variable
-
-
-def _scratch_variable(pair):
-    """An fp32 variable of the pair's shape, created where the pair lives, then emptied."""
-    copy = pair.copy
-    owner = internals.owning_strategy(copy)
-    with owner.scope() if owner is not None else contextlib.nullcontext():
-        # Known rank, unknown dimensions: it holds an empty tensor of that rank between steps
-        # (the Keras variable around it has the full shape the optimizer's slots are built from).
-        scratch = tf.Variable(_pairs.empty_value(copy.shape.rank), trainable=False,
-                              shape=tf.TensorShape([None] * copy.shape.rank),
-                              name=f"{_short_name(pair.info.param)}_fp32_scratch")
-    return scratch
 
 
 #: state Keras's base optimizer keeps per variable that must stay fp32 whatever state_dtype
