@@ -3,7 +3,11 @@
 - Environment: TensorFlow's C++ logs quiet (``TF_CPP_MIN_LOG_LEVEL=3``), set before any test
   module imports Keras or TensorFlow. Subprocess scripts (``tests/_*.py``) set their own.
 - ``REPO``: the repository root. Test data lives in ``tests/data``, in the repo.
-- Fixtures: ``dtype_policy`` (set Keras's global dtype policy for a block, restored after).
+- Fixtures: ``dtype_policy`` (set Keras's global dtype policy for a block, restored after);
+  ``tf`` (the ``tensorflow`` module, imported by the test that asks for it: modules whose
+  other tests run on JAX without TensorFlow installed take TensorFlow this way).
+- ``TFINIT_TEST_WITHOUT_TENSORFLOW=1``: ``import tensorflow`` fails as if it were not
+  installed (CI's JAX pass: tfinit's fills, initializers and Caffe2 reader need no TensorFlow).
 - Markers (setup.cfg): ``slow`` (subprocesses, notebooks, the wheel, the demo, multi-worker,
   benchmarks: ``pytest -m "not slow"`` is the fast loop) and ``tensorflow_only``.
 """
@@ -17,6 +21,20 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1":
+    import _no_tensorflow
+
+    _no_tensorflow.install()
+
+
+@pytest.fixture
+def tf():
+    """The ``tensorflow`` module (imported only by the tests that ask for it)."""
+    import tensorflow
+
+    return tensorflow
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """tfinit.caffe2 on the JAX backend: its modules import no TensorFlow, and converted nets
-(NCHW CNN, ChannelShuffle/Split/LRN, the char_rnn LSTM) run and match Caffe2."""
+(NCHW CNN, ChannelShuffle/Split/LRN, the char_rnn LSTM) run and match Caffe2 in a process
+where TensorFlow cannot be imported."""
 
 import ast
 import os
@@ -13,10 +14,12 @@ from conftest import REPO
 SCRIPT = textwrap.dedent(
     """
     import sys
+    sys.path.insert(0, "tests")
+    import _no_tensorflow
+    _no_tensorflow.install()  # tfinit.caffe2 on JAX must not need TensorFlow installed
     import numpy as np
     import keras
     assert keras.backend.backend() == "jax"
-    sys.path.insert(0, "tests")
     import caffe2_nets as nets
     from tfinit.caffe2 import NetDef, Operator, check_forward, to_keras
 
@@ -37,6 +40,13 @@ SCRIPT = textwrap.dedent(
     report = check_forward(folder / "char_rnn_predict_net.pb", folder / "char_rnn_init_net.pb",
                            folder / "char_rnn_forward.npz")
     assert report.ok, str(report)
+    from tfinit.caffe2 import load_into_keras
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc1")])
+    w = np.array([[1, 2, 3], [4, 5, 6]], "float32")  # Caffe2's FC weight [out, in]
+    loaded = load_into_keras(model, {"fc1_w": w, "fc1_b": np.array([0.5, -0.5], "float32")})
+    assert loaded.assigned == {"fc1_w": "fc1.kernel", "fc1_b": "fc1.bias"}
+    assert np.array_equal(np.asarray(model.get_layer("fc1").kernel), w.T)
+    assert "tensorflow" not in sys.modules
     print("JAX-CAFFE2-OK")
     """
 )

@@ -14,7 +14,6 @@ import keras
 import ml_dtypes
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tfinit
 from tfinit import (
@@ -47,7 +46,7 @@ def brew_fc(init_net, name, dim_in, dim_out, weight_init=None, bias_init=None,
 
 
 @TENSORFLOW_ONLY
-def test_fc_initializer_default_custom_and_no_class():
+def test_fc_initializer_default_custom_and_no_class(tf):
     net = tf.Module()
     # fc1: nothing given -> Initializer with brew's default XavierFill.
     init, w, b = brew_fc(net, "fc1", dim_in=16, dim_out=8)
@@ -78,7 +77,7 @@ def test_fc_initializer_default_custom_and_no_class():
 @pytest.mark.parametrize("compute_dtype, np_dtype", [
     ("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16)])
 @TENSORFLOW_ONLY
-def test_fc_pseudo_fp16_initializer(compute_dtype, np_dtype):
+def test_fc_pseudo_fp16_initializer(tf, compute_dtype, np_dtype):
     net = tf.Module()
     cls = PseudoFP16Initializer if compute_dtype == "float16" else (
         functools.partial(PseudoFP16Initializer, compute_dtype="bfloat16"))
@@ -207,7 +206,7 @@ def test_update_initializer_errors():
 
 
 @TENSORFLOW_ONLY
-def test_create_param_names_shapes_dtypes_and_record():
+def test_create_param_names_shapes_dtypes_and_record(tf):
     info = Initializer("ConstantFill", value=3.0).create_param(
         param_name="scale", shape=(2, 1, 3), dtype="float64", trainable=False)
     assert isinstance(info, ParameterInfo)
@@ -222,7 +221,7 @@ def test_create_param_names_shapes_dtypes_and_record():
 
 
 @TENSORFLOW_ONLY
-def test_create_param_inside_name_scope_is_prefixed_like_caffe2():
+def test_create_param_inside_name_scope_is_prefixed_like_caffe2(tf):
     with tf.name_scope("gpu_0"):
         info = PseudoFP16Initializer("ConstantFill").create_param(param_name="w", shape=[1])
     assert info.name == "gpu_0/w"
@@ -230,7 +229,7 @@ def test_create_param_inside_name_scope_is_prefixed_like_caffe2():
 
 
 @TENSORFLOW_ONLY
-def test_create_param_argument_errors():
+def test_create_param_argument_errors(tf):
     init = Initializer("ConstantFill")
     with pytest.raises(TypeError, match="positional order was \\(param_name, init_net, shape\\)"):
         init.create_param("w", tf.Module(), [2])
@@ -250,7 +249,7 @@ def test_create_param_argument_errors():
 
 
 @TENSORFLOW_ONLY
-def test_duplicate_name_in_one_init_net_is_refused_before_creating(monkeypatch):
+def test_duplicate_name_in_one_init_net_is_refused_before_creating(tf, monkeypatch):
     net = tf.Module()
     Initializer("ConstantFill").create_param(param_name="w", shape=[1], init_net=net)
     PseudoFP16Initializer("ConstantFill").create_param(param_name="p", shape=[1], init_net=net)
@@ -286,7 +285,7 @@ def test_unseeded_fill_draws_new_values_per_parameter_seeded_repeats():
 
 
 @TENSORFLOW_ONLY
-def test_checkpoint_round_trip_of_variables_created_in_init_net(tmp_path):
+def test_checkpoint_round_trip_of_variables_created_in_init_net(tf, tmp_path):
     def build(value):
         net = tf.Module()
         for cls in (Initializer, PseudoFP16Initializer, ReversePseudoFP16Initializer):
@@ -313,7 +312,7 @@ def test_checkpoint_round_trip_of_variables_created_in_init_net(tmp_path):
 
 
 @TENSORFLOW_ONLY
-def test_reverse_pseudo_fp16_names_and_values():
+def test_reverse_pseudo_fp16_names_and_values(tf):
     for compute, suffix, np_dtype in (("float16", "_fp16", np.float16),
                                       ("bfloat16", "_bf16", ml_dtypes.bfloat16)):
         info = ReversePseudoFP16Initializer("GaussianFill", seed=5, compute_dtype=compute)\
@@ -328,7 +327,7 @@ def test_reverse_pseudo_fp16_names_and_values():
 
 
 @TENSORFLOW_ONLY
-def test_pseudo_fp16_fill_runs_in_fp32_then_casts():
+def test_pseudo_fp16_fill_runs_in_fp32_then_casts(tf):
     # Same seed, same draw: the master equals the fp32 Initializer's variable exactly.
     fp32 = Initializer("GaussianFill", seed=11).create_param(param_name="a", shape=[256])
     pair = PseudoFP16Initializer("GaussianFill", seed=11).create_param(param_name="b", shape=[256])
@@ -379,7 +378,7 @@ def test_pseudo_fp16_refuses_integer_requests():
 
 
 @TENSORFLOW_ONLY
-def test_create_master_copy_pair_for_reuse():
+def test_create_master_copy_pair_for_reuse(tf):
     calls = []
 
     def make_variable(initial_value, name, dtype, trainable):
@@ -435,7 +434,7 @@ def test_pseudo_fp16_as_keras_initializer_gives_cast_fp32_draw():
 
 
 @TENSORFLOW_ONLY
-def test_external_checks_shape_and_dtype_before_creating():
+def test_external_checks_shape_and_dtype_before_creating(tf):
     ext = ExternalInitializer({"w": np.zeros((3, 2), np.float32)})
     with pytest.raises(ValueError, match=r"'w' was asked with shape \(2, 3\).*holds shape "
                                          r"\(3, 2\) \(transposed"):
@@ -451,7 +450,7 @@ def test_external_checks_shape_and_dtype_before_creating():
 
 
 @TENSORFLOW_ONLY
-def test_external_keeps_the_stored_dtype_and_exact_values(tmp_path):
+def test_external_keeps_the_stored_dtype_and_exact_values(tf, tmp_path):
     path = tmp_path / "p.npz"
     w = np.random.default_rng(3).standard_normal((2, 5))  # float64, not converted
     np.savez(path, w=w, steps=np.array(5, np.int64))
@@ -464,7 +463,7 @@ def test_external_keeps_the_stored_dtype_and_exact_values(tmp_path):
 
 
 @TENSORFLOW_ONLY
-def test_external_from_checkpoint_of_created_params(tmp_path):
+def test_external_from_checkpoint_of_created_params(tf, tmp_path):
     net = tf.Module()
     made = PseudoFP16Initializer("GaussianFill", seed=9).create_param(
         param_name="fc_w", shape=[3, 3], init_net=net)
@@ -494,7 +493,7 @@ def test_keras_layer_as_init_net_is_refused_not_silently_unsaved():
 
 
 @TENSORFLOW_ONLY
-def test_tf_train_checkpoint_as_init_net_and_dict_init_net(tmp_path):
+def test_tf_train_checkpoint_as_init_net_and_dict_init_net(tf, tmp_path):
     ckpt = tf.train.Checkpoint()
     ReversePseudoFP16Initializer("ConstantFill", value=0.5).create_param(
         param_name="w", shape=[2], init_net=ckpt)

@@ -14,7 +14,7 @@ import tensorflow as tf  # noqa: E402
 
 from tfinit import _keras_internals as internals  # noqa: E402
 
-MOVED = f"a Keras/TensorFlow internal moved ({internals.VERSIONS})"
+MOVED = f"a Keras/TensorFlow internal moved ({internals.versions()})"
 
 
 def test_backend_variable_is_the_tf_variable_behind_a_keras_variable():

@@ -3,7 +3,6 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tfinit import sources
 
@@ -102,7 +101,7 @@ def test_npz_errors(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def checkpoint(tf, tmp_path_factory):
     """A tf.train.Checkpoint with two modules, both holding a variable named "kernel"."""
     folder = tmp_path_factory.mktemp("ckpt")
     a, b = tf.Module(), tf.Module()
@@ -139,7 +138,7 @@ def test_checkpoint_short_variable_names(checkpoint):
 
 
 @pytest.mark.tensorflow_only  # TensorFlow checkpoints
-def test_checkpoint_opened_from_directory_index_file_and_reader(checkpoint):
+def test_checkpoint_opened_from_directory_index_file_and_reader(tf, checkpoint):
     folder, prefix = checkpoint
     for handle in (str(folder), prefix + ".index", tf.train.load_checkpoint(prefix)):
         src = sources.open_source(handle)
@@ -148,7 +147,7 @@ def test_checkpoint_opened_from_directory_index_file_and_reader(checkpoint):
 
 
 @pytest.mark.tensorflow_only  # TensorFlow checkpoints
-def test_checkpoint_values_are_tensors_from_path_and_arrays_from_reader(checkpoint):
+def test_checkpoint_values_are_tensors_from_path_and_arrays_from_reader(tf, checkpoint):
     _, prefix = checkpoint
     value = sources.open_source(prefix).get("half")
     assert isinstance(value, tf.Tensor) and value.dtype == tf.float16 and value.shape == (2,)
@@ -157,7 +156,7 @@ def test_checkpoint_values_are_tensors_from_path_and_arrays_from_reader(checkpoi
 
 
 @pytest.mark.tensorflow_only  # TensorFlow checkpoints
-def test_checkpoint_string_values_are_refused(tmp_path):
+def test_checkpoint_string_values_are_refused(tf, tmp_path):
     m = tf.Module()
     m.s = tf.Variable(["a", "b"], name="words")
     prefix = tf.train.Checkpoint(m=m).save(str(tmp_path / "ck"))
@@ -175,7 +174,7 @@ def test_checkpoint_errors(tmp_path):
 
 
 @pytest.mark.tensorflow_only  # TensorFlow checkpoints
-def test_tf1_name_based_checkpoint_keys(tmp_path):
+def test_tf1_name_based_checkpoint_keys(tf, tmp_path):
     # TF1 Saver checkpoints have no object graph: keys are the variable names.
     with tf.Graph().as_default():
         tf.compat.v1.get_variable("layer/w", initializer=np.full((2,), 3.0, np.float32))

@@ -14,13 +14,25 @@ import os
 import sys
 
 import keras
-import tensorflow as tf
 from keras.src.backend.common import global_state
 from keras.src.backend.common.variables import get_autocast_scope
-from tensorflow.python.ops import control_flow_util, control_flow_v2_func_graphs
-from tensorflow.python.saved_model import save_context
 
-VERSIONS = f"Keras {keras.__version__}, TensorFlow {tf.__version__}"
+
+def _tensorflow():
+    # TensorFlow is imported by the entries that need it, not with this module: the Keras
+    # entries serve tfinit.caffe2 on JAX, where TensorFlow need not be installed.
+    import tensorflow
+
+    return tensorflow
+
+
+def versions():
+    """``"Keras x, TensorFlow y"`` (TensorFlow: ``"not installed"`` when it is not)."""
+    try:
+        tf_version = _tensorflow().__version__
+    except ImportError:
+        tf_version = "not installed"
+    return f"Keras {keras.__version__}, TensorFlow {tf_version}"
 
 
 # ------------------------------------------------------------------ Keras variables
@@ -259,6 +271,7 @@ def in_saved_model_save():
     # variables through the same `_serialize_to_tensors`. SavedModel traces inside its save
     # context, then writes its variables from `save_and_return_nodes` (saved_model/save.py).
     """True while ``tf.saved_model.save`` (or ``model.export``) is tracing or writing."""
+    from tensorflow.python.saved_model import save_context
     if save_context.in_save_context():
         return True
     frame = sys._getframe(1)
@@ -323,12 +336,14 @@ def build_optimizer_base(optimizer, variables):
 def strategy_supports_no_merge_call():
     # Public stand-in: none; tells whether replica code may skip `merge_call`.
     """Whether the active ``tf.distribute`` strategy runs replica steps without merge_call."""
+    tf = _tensorflow()
     return tf.__internal__.distribute.strategy_supports_no_merge_call()
 
 
 def maybe_merge_call(fn, strategy, *args):
     # Public stand-in: `ReplicaContext.merge_call`, which fails where no merge is needed.
     """Call ``fn(strategy, *args)`` in cross-replica context, merging only when needed."""
+    tf = _tensorflow()
     return tf.__internal__.distribute.interim.maybe_merge_call(fn, strategy, *args)
 
 
@@ -336,6 +351,8 @@ def control_flow_outer_graph():
     # Public stand-in: none; TensorFlow does not say whether code is being traced into the
     # body of a tf.while_loop / tf.cond (a ControlFlowFuncGraph), nor which graph encloses it.
     """The graph enclosing the ``tf.while_loop``/``tf.cond`` bodies being traced, or None."""
+    tf = _tensorflow()
+    from tensorflow.python.ops import control_flow_v2_func_graphs
     if tf.executing_eagerly():
         return None
     graph = tf.compat.v1.get_default_graph()
@@ -363,6 +380,8 @@ def in_xla_compilation():
     # Public stand-in: none; TensorFlow does not say whether the function being traced will
     # be compiled by XLA (`tf.function(jit_compile=True)`, Keras's `jit_compile`).
     """True while tracing code that XLA compiles (a ``jit_compile=True`` function or inside)."""
+    tf = _tensorflow()
+    from tensorflow.python.ops import control_flow_util
     if tf.executing_eagerly():
         return False
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
@@ -372,10 +391,12 @@ def is_trackable(obj):
     # Public stand-in: `tf.Module` and `tf.train.Checkpoint` are trackable, but TensorFlow
     # exports no base class that covers every object a checkpoint can track.
     """Whether ``obj`` is an object a ``tf.train.Checkpoint`` can track attributes on."""
+    tf = _tensorflow()
     return isinstance(obj, tf.__internal__.tracking.AutoTrackable)
 
 
 def is_tracked_container(obj):
     # Public stand-in: none; the dict/list wrappers TensorFlow tracks on trackable objects.
     """Whether ``obj`` is a value a ``tf.train.Checkpoint`` tracks (e.g. a wrapped dict)."""
+    tf = _tensorflow()
     return isinstance(obj, tf.__internal__.tracking.Trackable)
