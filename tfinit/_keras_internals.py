@@ -304,13 +304,6 @@ def restore_variable(variable, tensors):
         return variable.assign(tensors["VARIABLE_VALUE"])
 
 
-def optimizer_own_variables(optimizer):
-    # Public stand-in: `Optimizer.variables` of a LossScaleOptimizer also lists its inner
-    # optimizer's; the wrapper's own variables are its tracked `_variables`.
-    """The variables ``optimizer`` itself created (not its inner optimizer's)."""
-    return list(optimizer._variables)
-
-
 def optimizer_built_variables(optimizer):
     # Public stand-in: none; the trainable variables an optimizer was built for, which
     # `Optimizer.apply(grads)` without variables uses.

@@ -91,6 +91,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     variable without a master is an error. The loss-scale algorithm is in this module's
     docstring.
 
+    Its shape: a plain subclass of ``LossScaleOptimizer`` that reuses the parent's
+    constructor, ``variables``, ``learning_rate`` and ``iterations``; it replaces ``build``
+    and ``apply`` (and has no stateless form), because its inner optimizer is built for and
+    updates the masters, not the variables it is handed.
+
     Args:
         optimizer: the Keras 3 optimizer that updates the masters (its slots are fp32).
         loss_scale: ``"auto"`` (the default: dynamic for float16, none for bfloat16, as
@@ -253,10 +258,6 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         # Not LossScaleOptimizer.build: the inner optimizer is built for the masters above.
         internals.build_optimizer_base(self, var_list)
 
-    @property
-    def variables(self):
-        return internals.optimizer_own_variables(self) + self.inner_optimizer.variables
-
     # -- the step ---------------------------------------------------------------------
     def scale_loss(self, loss):
         """Multiply the loss by the current loss scale (call inside the gradient tape)."""
@@ -393,18 +394,6 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
             self.step_counter.assign(tf.zeros_like(self.step_counter))
 
     # -- delegation -------------------------------------------------------------------
-    @property
-    def learning_rate(self):
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self.inner_optimizer.learning_rate = learning_rate
-
-    @property
-    def iterations(self):
-        return self.inner_optimizer.iterations
-
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         """As Keras's, for the inner optimizer; paired variables map to their masters."""
         targets = self._targets(var_list)[0] if var_list else None
