@@ -1,8 +1,10 @@
-"""``python -m benchmarks [--quick | --smoke | --gpu]``: every side-by-side comparison, one run.
+"""``python -m benchmarks [--quick | --smoke]``: every side-by-side comparison, one run.
 
 Prints a Markdown table per section and writes ``results.json`` and ``results.md``
 (in ``benchmarks/`` unless ``--out`` says otherwise). ``ratio`` is tfinit / baseline
-(below 1: tfinit is faster), the median of the ratios of interleaved runs.
+(below 1: tfinit is faster), the median of the ratios of interleaved runs. ``--gpu``
+(``benchmarks.gpu``) and ``--jax-fills`` (``benchmarks.fills_jax``, under
+``KERAS_BACKEND=jax``) run that one benchmark instead.
 """
 
 import argparse
@@ -89,6 +91,9 @@ def main(argv=None):
                       help="tiny sizes, 2 repeats: checks the suite runs (figures meaningless)")
     size.add_argument("--gpu", action="store_true",
                       help="the GPU benchmark (CNN and transformer); exits 0 without a GPU")
+    size.add_argument("--jax-fills", action="store_true",
+                      help="fills vs Keras initializers on the JAX backend (KERAS_BACKEND=jax, "
+                           "no TensorFlow); exits 0 without an accelerator")
     parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=HERE,
                         help="folder for results.json / results.md")
@@ -98,6 +103,11 @@ def main(argv=None):
         from benchmarks import gpu
 
         return gpu.main(args.out, allow_cpu=args.allow_cpu, to_markdown=to_markdown)
+    if args.jax_fills:
+        from benchmarks import fills_jax
+
+        out = [] if args.out == HERE else ["--out", str(args.out)]
+        return fills_jax.main(out + ["--allow-cpu"] * args.allow_cpu)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     from benchmarks._timing import disable_cpu_remapping
 

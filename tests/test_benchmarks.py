@@ -8,11 +8,14 @@ figures are exact where they can be (bytes per parameter are fixed by the dtypes
 import json
 import math
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from conftest import REPO  # noqa: E402
 
 from benchmarks import run as bench_run  # noqa: E402
 from benchmarks.training import MODELS  # noqa: E402
@@ -308,3 +311,81 @@ def test_split_master_rows_hold_12_and_8_bytes_per_parameter_and_compare_quality
     assert quality["bfloat16 (Keras, no master)"]["final_over_first"] == 1.0
     for scheme in ("pseudo_fp16 fp32-master", "split", "split + bf16 state"):
         assert quality[scheme]["final_over_first"] < 0.9, scheme
+
+
+def _run_jax_fills(backend, code):
+    """``code`` in a fresh Python with KERAS_BACKEND=``backend`` on the CPU; TensorFlow is
+    blocked (tests/_no_tensorflow.py) when the backend is jax."""
+    block = ("import sys; sys.path.insert(0, 'tests'); import _no_tensorflow; "
+             "_no_tensorflow.install(); " if backend == "jax" else "import sys; ")
+    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", block + code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # a benchmark, in a subprocess
+
+
+def test_jax_fills_benchmark_runs_on_cpu_without_tensorflow(tmp_path):
+    """`python -m benchmarks --jax-fills --allow-cpu` with `import tensorflow` failing: the
+    rows of every pair, and a seeded fill made twice on the CPU is the same bits."""
+    from benchmarks import fills_jax
+
+    done = _run_jax_fills("jax", "from benchmarks.run import main; sys.exit(main("
+                          f"['--jax-fills', '--allow-cpu', '--out', {str(tmp_path)!r}]))")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results_gpu_jax.json").read_text())
+    md = (tmp_path / "results_gpu_jax.md").read_text()
+    assert done.stdout.strip() == md.strip()
+    machine, size = results["machine"], fills_jax.SIZES["cpu"]
+    assert machine["tensorflow_imported"] is False and machine["jax_devices"] == ["cpu:0"]
+    assert "--allow-cpu" in machine["device"] and results["sizes"]["side"] == size["side"]
+    side = size["side"]
+    assert [r["name"] for r in results["rows"]] == [
+        f"{ours} vs {base} {side}x{side} float32" for ours, _, base, _ in fills_jax.PAIRS]
+    for row in results["rows"]:
+        for key in ("ours_ms", "baseline_ms", "ratio"):
+            assert _positive(row[key]), (key, row)
+        assert row["ratio_iqr"][0] <= row["ratio"] <= row["ratio_iqr"][1], row
+        assert row["ratio_ci95"][0] <= row["ratio"] <= row["ratio_ci95"][1], row
+        assert row["repeats"] == size["repeats"] and row["ours_devices"] == ["cpu:0"], row
+        assert f"| {row['name']} |" in md
+    checks = results["device_vs_cpu"]
+    assert [(c["fill"], c["stream"]) for c in checks] == [
+        (label, stream) for label, stream, _ in fills_jax.VALUE_CASES]
+    assert {c["stream"] for c in checks} == {"keras", "caffe2"}
+    for check in checks:  # the CPU against itself: every stream is reproducible bit for bit
+        assert check["default_devices"] == check["cpu_devices"] == ["cpu:0"], check
+        assert check["shape"] == list(size["check_shape"]), check
+        assert check["bitwise_equal"] is True, check
+        assert check["max_abs_diff"] == 0.0 and check["n_differ"] == check["max_ulp_diff"] == 0
+
+
+@pytest.mark.slow  # a subprocess importing TensorFlow
+
+
+def test_jax_fills_benchmark_on_the_tensorflow_backend_says_how_to_run_it(tmp_path):
+    from benchmarks import fills_jax
+
+    done = _run_jax_fills("tensorflow", "import runpy; runpy.run_module("
+                          "'benchmarks.fills_jax', run_name='__main__')")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == fills_jax.NOT_JAX.format(backend="tensorflow")
+    assert "KERAS_BACKEND=jax python -m benchmarks.fills_jax" in done.stdout
+
+
+def test_jax_fills_benchmark_refuses_without_jax_or_an_accelerator(monkeypatch, capsys,
+                                                                   tmp_path):
+    import keras
+
+    from benchmarks import fills_jax
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
+    assert fills_jax.main(["--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == fills_jax.NOT_JAX.format(backend="torch")
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(fills_jax, "accelerated", lambda: False)
+    assert bench_run.main(["--jax-fills", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == fills_jax.NO_GPU
+    assert not list(tmp_path.iterdir())
