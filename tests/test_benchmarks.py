@@ -7,15 +7,12 @@ figures are exact where they can be (bytes per parameter are fixed by the dtypes
 
 import json
 import math
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from benchmarks import run as bench_run  # noqa: E402
-from benchmarks.training import MODELS  # noqa: E402
+from benchmarks import run as bench_run
+from benchmarks.training import MODELS
 
 SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute",
             "caffe2_import", "split_master"]
