@@ -23,7 +23,10 @@ LAYERS = [
     ["constant_fills", "random_fills"],
     # the public re-export of every fill
     ["fills"],
-    # the Caffe2 fill replay (registers its init_net reader with sources)
+    # the Caffe2 fill replay: one op call's arguments, the op table, the replay (which
+    # registers its init_net reader with sources)
+    ["caffe2._fill_args"],
+    ["caffe2._fill_ops"],
     ["caffe2._fill"],
     # the Caffe2 initializer family
     ["initializers"],
