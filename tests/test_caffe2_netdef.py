@@ -178,9 +178,9 @@ def _len_field(number, payload):
 
 
 def _floats(values):
-    from tfinit.caffe2._netdef import _FLOAT_ELEMENT
+    from tfinit.caffe2._large_floats import FLOAT_ELEMENT
 
-    elements = np.empty(len(values), _FLOAT_ELEMENT)
+    elements = np.empty(len(values), FLOAT_ELEMENT)
     elements["tag"], elements["value"] = 0x2D, values
     return elements.tobytes()
 

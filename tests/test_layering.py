@@ -12,9 +12,10 @@ from conftest import REPO
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_caffe2_rng", "_caffe2_types", "_args", "registry",
-     "_precision", "_keras_internals", "caffe2._netdef", "caffe2._memory", "caffe2._progress"],
-    # exact casts; the records and sources of values
-    ["_exact", "parameter_info", "sources", "_split_master"],
+     "_precision", "_keras_internals", "caffe2._large_floats", "caffe2._memory",
+     "caffe2._progress"],
+    # exact casts; the records and sources of values; Caffe2 NetDefs read and written
+    ["_exact", "parameter_info", "sources", "_split_master", "caffe2._netdef"],
     # where create_param tracks its variables
     ["_init_net"],
     # the random streams; the Fill base class
