@@ -99,10 +99,10 @@ def given_tensor_fill_bytes(blob, values):
     ``shape`` (ints) and ``values`` (unpacked floats, 5 bytes each)."""
     shape_arg = _field(1, b"shape") + b"".join(
         _varint(6 << 3) + _varint(d) for d in values.shape)
-    from tfinit.caffe2._netdef import _FLOAT_ELEMENT, _FLOAT_TAG
+    from tfinit.caffe2._large_floats import FLOAT_ELEMENT, FLOAT_TAG
 
-    elements = np.empty(values.size, _FLOAT_ELEMENT)
-    elements["tag"] = _FLOAT_TAG
+    elements = np.empty(values.size, FLOAT_ELEMENT)
+    elements["tag"] = FLOAT_TAG
     elements["value"] = values.reshape(-1)
     values_arg = _field(1, b"values") + elements.tobytes()
     return (_field(2, blob.encode()) + _field(4, b"GivenTensorFill")

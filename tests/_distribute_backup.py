@@ -3,26 +3,25 @@
 
 Usage: _distribute_backup.py BACKUP_DIR OUT.npz [KILL_EPOCH KILL_BATCH]
 Writes the first replica's masters, the optimizer's variables and the epochs this process
-ran to OUT.npz.
+ran to OUT.npz. The launching test sets the environment (``TF_CPP_MIN_LOG_LEVEL=3``).
 """
 
 import os
 import signal
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import tfinit
+from tfinit import distribute as tfd
+from tfinit import mixed_precision as mp
 
+# Two logical CPUs, configured before anything runs on the TensorFlow runtime (importing
+# Keras and tfinit does not start it).
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-import keras  # noqa: E402
-
-import tfinit  # noqa: E402
-from tfinit import distribute as tfd  # noqa: E402
-from tfinit import mixed_precision as mp  # noqa: E402
 
 EPOCHS = 4
 

@@ -1,27 +1,26 @@
 """Run by tests/test_distribute.py in a fresh interpreter: two logical CPUs must be
 configured before TensorFlow initialises. Each check records what it measured; the test
 file asserts on it. Prints one JSON line: {check name: {"error": traceback | None, ...}}.
+The test sets the environment (``TF_CPP_MIN_LOG_LEVEL=3``).
 """
 
 import json
-import os
 import sys
 import traceback
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import tfinit
+from tfinit import distribute as tfd
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
 
+# Two logical CPUs, configured before anything runs on the TensorFlow runtime (importing
+# Keras and tfinit does not start it).
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-import keras  # noqa: E402
-
-import tfinit  # noqa: E402
-from tfinit import distribute as tfd  # noqa: E402
-from tfinit import mixed_precision as mp  # noqa: E402
-from tfinit.mixed_precision import _pairs  # noqa: E402
 
 MIRRORED = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 ONE_DEVICE = tf.distribute.get_strategy()  # the default strategy: one device, no replicas

@@ -1,19 +1,28 @@
-"""Run by test_mixed_precision_distribute.py in a fresh process (needs 2 logical CPUs)."""
-import os, sys
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import numpy as np, tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+"""Run by test_mixed_precision_distribute.py in a fresh process (needs 2 logical CPUs); the
+test sets the environment (``TF_CPP_MIN_LOG_LEVEL=3``)."""
+import os
+import sys
+import tempfile
+
 import keras
+import numpy as np
+import tensorflow as tf
+
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision import _pairs
+
+# Two logical CPUs, configured before anything runs on the TensorFlow runtime (importing
+# Keras and tfinit does not start it).
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 # 1. outside strategy scope -> clear error
 try:
     with mp.scope():
         with strategy.scope():
             tf.Variable(1.0)
-    print("NO ERROR"); sys.exit(1)
+    print("NO ERROR")
+    sys.exit(1)
 except ValueError as e:
     assert "inside the strategy's scope" in str(e), e
 with strategy.scope(), mp.scope("pseudo_fp16", "float16"):
@@ -69,7 +78,6 @@ fmodel.fit(x, y, epochs=14, batch_size=8, verbose=0)
 last = fmodel.evaluate(x, y, verbose=0)
 print("fit", first, last)
 assert last < 0.5 * first
-import tempfile
 path = tf.train.Checkpoint(model=fmodel).write(os.path.join(tempfile.mkdtemp(), "ck"))
 # BatchNormalization keeps Keras's own uncast float32 weights (autocast=False): no pair.
 paired = [v for v in fmodel.trainable_variables if _pairs.lookup(v) is not None]

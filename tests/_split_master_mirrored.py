@@ -1,23 +1,23 @@
 """Run by test_split_master.py in a fresh process (needs 2 logical CPUs): under
 MirroredStrategy, master="split" trains to the fp32-master scope's masters bit for bit
 (custom loop and fit), every replica holds the same copy and remainder, and the scratch
-variables are empty between steps. Prints one JSON line."""
+variables are empty between steps. Prints one JSON line. The test sets the environment
+(``TF_CPP_MIN_LOG_LEVEL=3``)."""
 import json
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
+from tfinit import _split_master, distribute
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
+
+# Two logical CPUs, configured before anything runs on the TensorFlow runtime (importing
+# Keras and tfinit does not start it).
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras  # noqa: E402
-
-from tfinit import distribute  # noqa: E402
-from tfinit import mixed_precision as mp  # noqa: E402
-from tfinit import _split_master  # noqa: E402
-from tfinit.mixed_precision import _pairs  # noqa: E402
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

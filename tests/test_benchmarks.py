@@ -11,22 +11,18 @@ import os
 import subprocess
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
+from conftest import REPO
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from conftest import REPO  # noqa: E402
-
-from benchmarks import run as bench_run  # noqa: E402
-from benchmarks.training import MODELS  # noqa: E402
+from benchmarks import run as bench_run
+from benchmarks.training import MODELS
 
 SECTIONS = ["comparisons", "fills", "load_memory", "training", "memory", "scaling", "distribute",
             "caffe2_import", "split_master"]
 
 
 @pytest.fixture(scope="module")
-
-
 def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     assert bench_run.main(["--smoke", "--out", str(out)]) == 0

@@ -4,14 +4,11 @@ rows are checked against their target, which holds at any size."""
 
 import json
 import math
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import pytest
 
-import pytest  # noqa: E402
-
-from benchmarks import caffe2_import  # noqa: E402
-from benchmarks import run as bench_run  # noqa: E402
+from benchmarks import caffe2_import
+from benchmarks import run as bench_run
 
 
 @pytest.fixture(scope="module")

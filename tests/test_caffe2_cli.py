@@ -1,16 +1,12 @@
 """`tfinit inspect` and `tfinit convert` (run in-process through tfinit.cli.main)."""
 
-import os
+import keras
+import numpy as np
+import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import NetDef, Operator  # noqa: E402
-from tfinit.cli import main  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import NetDef, Operator
+from tfinit.cli import main
 
 
 def test_inspect_init_net_prints_every_op_and_blob_statistics(capsys):

@@ -1,13 +1,9 @@
 """ExternalInitializer with a real Caffe2 init_net (needs tfinit.initializers, on main)."""
 
-import os
+import numpy as np
+import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from caffe2_nets import models_dir  # noqa: E402
+from caffe2_nets import models_dir
 
 
 def test_external_initializer_reads_the_exported_mlp_init_net():

@@ -7,7 +7,7 @@ import pytest
 
 from caffe2_nets import models_dir
 from tfinit.caffe2 import DeviceOption, NetDef, Operator, fill, load_init_net
-from tfinit.caffe2 import _fill
+from tfinit.caffe2 import _fill, _fill_args
 
 # ---------------------------------------------------------------- ConstantFill
 
@@ -388,7 +388,7 @@ class _Recorder:
 @pytest.fixture
 def recorder(monkeypatch):
     rec = _Recorder()
-    monkeypatch.setattr(_fill, "registry", rec)
+    monkeypatch.setattr(_fill_args, "registry", rec)  # where the fills are built
     return rec
 
 

@@ -1,17 +1,14 @@
 """tfinit.caffe2.load_into_keras: Caffe2 parameters into hand-built Keras models."""
 
-import os
 import warnings
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import pytest
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import load_init_net, load_into_keras  # noqa: E402
-from tfinit.caffe2._keras import fc_kernel  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import load_init_net, load_into_keras
+from tfinit.caffe2._keras import fc_kernel
 
 MLP_BLOBS = ["fc1", "relu1", "fc2", "relu2", "fc3", "prob"]
 

@@ -1,17 +1,14 @@
 """tfinit.caffe2.read_netdef: decoding Caffe2 NetDefs without caffe2, and the fuzz test."""
 
-import os
 import random
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from caffe2_nets import cnn, models_dir  # noqa: E402
-from tfinit.caffe2 import DeviceOption, NetDef, Operator, read_netdef  # noqa: E402
-from tfinit.caffe2._netdef import make_arg  # noqa: E402
+from caffe2_nets import cnn, models_dir
+from tfinit.caffe2 import DeviceOption, NetDef, Operator, read_netdef
+from tfinit.caffe2._netdef import make_arg
 
 
 def test_reads_the_exported_mlp_init_net():
@@ -181,9 +178,9 @@ def _len_field(number, payload):
 
 
 def _floats(values):
-    from tfinit.caffe2._netdef import _FLOAT_ELEMENT
+    from tfinit.caffe2._large_floats import FLOAT_ELEMENT
 
-    elements = np.empty(len(values), _FLOAT_ELEMENT)
+    elements = np.empty(len(values), FLOAT_ELEMENT)
     elements["tag"], elements["value"] = 0x2D, values
     return elements.tobytes()
 

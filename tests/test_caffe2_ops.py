@@ -1,16 +1,12 @@
 """Small nets for each op and option to_keras gained for Caffe2's model code, against numpy
 re-computations of the rules in docs/caffe2-ops.md."""
 
-import os
+import keras
+import numpy as np
+import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import (  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import (
     Caffe2ChannelShuffle,
     Caffe2LRN,
     Caffe2Pooling2D,

@@ -1,16 +1,13 @@
 """Progress of long Caffe2 work as Keras's fit shows it: ``verbose=`` in the library (silent
 by default), ``keras.utils.Progbar`` lines on stderr in the CLI (``--progress``)."""
 
-import os
 import re
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import pytest
 
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import load_init_net, load_into_keras, read_netdef, to_keras  # noqa: E402
-from tfinit.cli import main  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import load_init_net, load_into_keras, read_netdef, to_keras
+from tfinit.cli import main
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

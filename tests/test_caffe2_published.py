@@ -4,17 +4,14 @@ broadcast Mul/Add with parameters, FC ``axis_w``, one refusal naming everything,
 ops run in real Caffe2) and numpy re-computations of the rules in docs/caffe2-ops.md."""
 
 import json
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import pytest
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import Caffe2Broadcast, NetDef, Operator, check_forward, to_keras  # noqa: E402
-from tfinit.cli import main  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import Caffe2Broadcast, NetDef, Operator, check_forward, to_keras
+from tfinit.cli import main
 
 CASES = json.loads((nets.ops_dir() / "ops.json").read_text())["cases"]
 

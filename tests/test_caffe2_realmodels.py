@@ -6,16 +6,12 @@ with ``mobile_exporter`` and run forward in Caffe2 (PyTorch 1.8.1 wheel, CPU);
 ``<net>_forward.npz`` holds what was fed and what Caffe2 computed (the ground truth).
 """
 
-import os
+import keras
+import numpy as np
+import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import (  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import (
     Caffe2LSTM,
     NetDef,
     Operator,

@@ -1,17 +1,14 @@
 """tfinit.caffe2.to_keras: Keras models from Caffe2 predict nets, checked blob by blob."""
 
-import os
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import pytest
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import NetDef, Operator, converted_ops, read_netdef, to_keras  # noqa: E402
-from tfinit.caffe2._layers import Caffe2Pooling2D  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import NetDef, Operator, converted_ops, read_netdef, to_keras
+from tfinit.caffe2._layers import Caffe2Pooling2D
 
 MLP_BLOBS = ["fc1", "relu1", "fc2", "relu2", "fc3", "prob"]
 

@@ -6,15 +6,13 @@ import os
 import resource
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import caffe2_nets as nets  # noqa: E402
-from tfinit.caffe2 import NetDef, Operator, fill, load_init_net, to_keras  # noqa: E402
-from tfinit.caffe2._memory import Limit, available_bytes  # noqa: E402
-from tfinit.cli import main  # noqa: E402
+import caffe2_nets as nets
+from tfinit.caffe2 import NetDef, Operator, fill, load_init_net, to_keras
+from tfinit.caffe2._memory import Limit, available_bytes
+from tfinit.cli import main
 
 TERA = 4 * 10**12  # bytes of nets.HUGE in float32 / int32
 

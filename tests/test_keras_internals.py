@@ -4,15 +4,11 @@ Each failure names the installed Keras and TensorFlow versions: it means that a 
 moved an internal tfinit relies on, and tfinit must follow before that version is claimed.
 """
 
-import os
+import keras
+import numpy as np
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import _keras_internals as internals  # noqa: E402
+from tfinit import _keras_internals as internals
 
 MOVED = f"a Keras/TensorFlow internal moved ({internals.versions()})"
 

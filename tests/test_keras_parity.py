@@ -17,19 +17,16 @@ fresh inner optimizer of the same config.
 Each test runs in both modes and both compute dtypes, with small models and 2-4 steps.
 """
 
-import os
 import zipfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import _parity as P
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import _parity as P  # noqa: E402
-import h5py  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import mixed_precision as mp  # noqa: E402
+from tfinit import mixed_precision as mp
 
 pytestmark = pytest.mark.tensorflow_only
 

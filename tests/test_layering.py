@@ -1,7 +1,12 @@
 """Imports go one way: a module imports only modules of a lower layer (no back-edges).
 
-The layers of the fills, the registry, the initializer family and the Caffe2 fill replay,
-lowest first. Each module's imports (also those inside functions) are read from its source.
+Every module of tfinit has a layer, lowest first: the fills, the registry and the
+initializer family with the Caffe2 fill replay, then the packages (``tfinit.mixed_precision``
+and the Caffe2 conversion of ``tfinit.caffe2``) and what uses them. A package is one layer:
+inside it, its private modules have layers of their own (lowest first) and the package
+module sits on top. A module outside a package imports it through its package module only
+(``tfinit.mixed_precision``, never ``tfinit.mixed_precision._pairs``). Each module's imports
+(also those inside functions) are read from its source.
 """
 
 import ast
@@ -9,12 +14,21 @@ import ast
 import pytest
 from conftest import REPO
 
+
+def package(name, layers):
+    """A package as one layer: its private modules' layers, lowest first, under the package
+    module."""
+    return {"package": name, "layers": [[f"{name}.{m}" for m in names] for names in layers]
+            + [[name]]}
+
+
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_caffe2_rng", "_caffe2_types", "_args", "registry",
-     "_precision", "_keras_internals", "caffe2._netdef", "caffe2._memory", "caffe2._progress"],
-    # exact casts; the records and sources of values
-    ["_exact", "parameter_info", "sources", "_split_master"],
+     "_precision", "_keras_internals", "caffe2._large_floats", "caffe2._memory",
+     "caffe2._progress"],
+    # exact casts; the records and sources of values; Caffe2 NetDefs read and written
+    ["_exact", "parameter_info", "sources", "_split_master", "caffe2._netdef"],
     # where create_param tracks its variables
     ["_init_net"],
     # the random streams; the Fill base class
@@ -23,17 +37,92 @@ LAYERS = [
     ["constant_fills", "random_fills"],
     # the public re-export of every fill
     ["fills"],
-    # the Caffe2 fill replay (registers its init_net reader with sources)
+    # the Caffe2 fill replay: one op call's arguments, the op table, the replay (which
+    # registers its init_net reader with sources)
+    ["caffe2._fill_args"],
+    ["caffe2._fill_ops"],
     ["caffe2._fill"],
     # the Caffe2 initializer family
     ["initializers"],
+    # the packages above the initializers, peers: neither imports the other
+    [
+        package("mixed_precision", [
+            ["_caffe2_sgd", "_pairs", "_state"],  # the active scopes; the pair records
+            ["_checkpoint", "_policy", "_replicas", "_variable"],
+            ["_optimizer", "_weights"],
+            ["_callbacks", "_creator"],
+        ]),
+        # the Caffe2 conversion (its reading and fill replay are in the layers below)
+        package("caffe2", [
+            ["_layers", "_lstm"],  # Keras layers for Caffe2 ops
+            ["_ops"],
+            ["_plan", "_recurrent"],
+            ["_keras"],
+            ["_to_keras"],
+            ["_check"],
+            ["_cli"],
+        ]),
+    ],
+    # helpers for tf.distribute
+    ["distribute"],
+    # the package module: the public names of tfinit
+    ["__init__"],
+    # the demo; the command line
+    ["demo"],
+    ["cli"],
 ]
-RANK = {f"tfinit.{name}": rank for rank, names in enumerate(LAYERS) for name in names}
-CHECKED = [name for names in LAYERS for name in names if name not in ("_keras_internals",
-                                                                       "_precision",
-                                                                       "caffe2._netdef")]
 
 
+def _module(name):
+    """The dotted name of LAYERS entry ``name`` (``__init__``: the tfinit package)."""
+    return "tfinit" if name == "__init__" else f"tfinit.{name}"
+
+
+def _names(entry):
+    """The modules of one entry of a layer: a module, or every module of a package."""
+    return [entry] if isinstance(entry, str) else [n for names in entry["layers"] for n in names]
+
+
+def _ranks():
+    """``{module: (layer, package or None, layer inside the package)}``."""
+    ranks = {}
+    for layer, entries in enumerate(LAYERS):
+        for entry in entries:
+            if isinstance(entry, str):
+                ranks[_module(entry)] = (layer, None, 0)
+                continue
+            for inner, names in enumerate(entry["layers"]):
+                ranks.update({_module(name): (layer, entry["package"], inner) for name in names})
+    return ranks
+
+
+RANK = _ranks()
+ALL = sorted(name for entries in LAYERS for entry in entries for name in _names(entry))
+#: the fills, the registry, the initializer family and the Caffe2 fill replay (the layers up
+#: to the initializers): TensorFlow through tfinit._backend only
+CHECKED = [name for names in LAYERS[:LAYERS.index(["initializers"]) + 1] for name in names
+           if name not in ("_keras_internals", "_precision", "caffe2._netdef")]
+
+
+def _below(imported, importer):
+    """Whether ``imported`` is in a lower layer than ``importer`` (inside one package: a
+    lower layer of that package)."""
+    low, high = RANK[imported], RANK[importer]
+    if low[0] != high[0]:
+        return low[0] < high[0]
+    return low[1] is not None and low[1] == high[1] and low[2] < high[2]
+
+
+#: the packages a module outside them imports through their package module only
+PACKAGES = ("tfinit.caffe2", "tfinit.mixed_precision")
+#: the private modules of a package that a module outside it imports, and why
+THROUGH_PRIVATE = {
+    # The command line is one job, split by package: tfinit.cli parses the command line and
+    # runs the Caffe2 commands that tfinit.caffe2._cli implements (imported when one runs,
+    # so `tfinit --help` imports no Keras). They are not API: tfinit.caffe2's public names
+    # are its documented, doctested library (tests/test_docs.py).
+    ("tfinit.cli", "tfinit.caffe2._cli"),
+}
 def _module_path(name):
     path = REPO / "tfinit" / (name.replace(".", "/") + ".py")
     return path if path.exists() else REPO / "tfinit" / name.replace(".", "/") / "__init__.py"
@@ -50,7 +139,7 @@ def tfinit_imports(name):
             for alias in node.names:
                 candidate = f"{node.module}.{alias.name}"
                 found.add(candidate if _exists(candidate) else node.module)
-    return found
+    return found - {_module(name)}
 
 
 def _exists(module):
@@ -58,12 +147,36 @@ def _exists(module):
     return path.exists() or (REPO / module.replace(".", "/") / "__init__.py").exists()
 
 
-@pytest.mark.parametrize("name", CHECKED)
+def _package_of(module):
+    return next((p for p in PACKAGES if module == p or module.startswith(p + ".")), None)
+
+
+def test_every_module_has_a_layer():
+    files = sorted((REPO / "tfinit").rglob("*.py"))
+    modules = {".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+               for path in files}
+    assert sorted(modules - set(RANK)) == [], "modules without a layer in LAYERS"
+    assert sorted(set(RANK) - modules) == [], "LAYERS names modules that do not exist"
+    assert len(ALL) == len(RANK), "a module is in two layers"
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_module_imports_only_lower_layers(name):
-    rank = RANK[f"tfinit.{name}"]
     for imported in tfinit_imports(name):
-        assert imported in RANK, f"tfinit.{name} imports {imported}, outside its layers"
-        assert RANK[imported] < rank, f"tfinit.{name} imports {imported}: not a lower layer"
+        assert imported in RANK, f"{_module(name)} imports {imported}, outside its layers"
+        assert _below(imported, _module(name)), (
+            f"{_module(name)} imports {imported}: not a lower layer")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_packages_are_imported_through_their_package_module(name):
+    importer = _module(name)
+    for imported in tfinit_imports(name):
+        pkg = _package_of(imported)
+        if pkg is None or imported == pkg or pkg == _package_of(importer):
+            continue
+        assert (importer, imported) in THROUGH_PRIVATE, (
+            f"{importer} imports {imported}, a private module of {pkg}: import {pkg} instead")
 
 
 def test_sources_reach_nothing_above_them():

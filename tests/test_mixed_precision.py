@@ -1,16 +1,12 @@
 """tfinit.mixed_precision: scope, parameter_info, MasterWeightOptimizer, sync_copies."""
 
-import os
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import mixed_precision as mp  # noqa: E402
-from tfinit.mixed_precision import _pairs  # noqa: E402
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
 
 MODES = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
          ("reverse", "float16"), ("reverse", "bfloat16")]

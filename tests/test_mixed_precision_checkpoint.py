@@ -1,16 +1,12 @@
 """Checkpoints never lose fp32 masters: tf.train.Checkpoint, .weights.h5, .keras."""
 
-import os
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import mixed_precision as mp  # noqa: E402
-from tfinit.mixed_precision import _pairs  # noqa: E402
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
 
 
 def _build(mode="pseudo_fp16", compute_dtype="float16"):

@@ -8,16 +8,14 @@ import subprocess
 import sys
 import textwrap
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import keras  # noqa: E402
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import mixed_precision as mp  # noqa: E402
-from tfinit.mixed_precision import _pairs  # noqa: E402
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
 
 SPECS = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
          ("reverse", "float16"), ("reverse", "bfloat16")]

@@ -12,17 +12,15 @@ import os
 import subprocess
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import keras  # noqa: E402
-import ml_dtypes  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tfinit import _split_master  # noqa: E402
-from tfinit import mixed_precision as mp  # noqa: E402
-from tfinit.mixed_precision import _pairs  # noqa: E402
+from tfinit import _split_master
+from tfinit import mixed_precision as mp
+from tfinit.mixed_precision import _pairs
 
 SPLIT = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="split")
 FP32 = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="fp32")
@@ -311,7 +309,7 @@ def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
 
 def test_mirrored_strategy_two_replicas():
     here = os.path.dirname(__file__)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
         [os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, os.path.join(here, "_split_master_mirrored.py")],
                             capture_output=True, text=True, timeout=600, env=env)
