@@ -8,9 +8,12 @@ raises a ``RuntimeError`` that names the feature and the backend in use. That ca
 way tfinit's backend-neutral modules obtain TensorFlow.
 
 The code that differs by backend lives here too, so that the modules above stay
-backend-neutral: :func:`check_holds` (JAX's 32-bit default) and :func:`tensor_from_numpy`
-(TensorFlow's one-copy DLPack path for large given values).
+backend-neutral: :func:`check_holds` (JAX's 32-bit default), :func:`tensor_from_numpy`
+(TensorFlow's one-copy DLPack path for large given values) and
+:func:`full_float32_matmuls` (no TF32 on GPUs while a net is checked against Caffe2).
 """
+
+import contextlib
 
 import keras
 import numpy as np
@@ -54,6 +57,34 @@ def check_holds(dtype, op_name):
             f"{op_name}: the JAX backend cannot hold {dtype} unless 64-bit mode is on "
             f"(jax.config.update('jax_enable_x64', True)); refusing to truncate."
         )
+
+
+@contextlib.contextmanager
+def full_float32_matmuls():
+    """float32 matrix products and convolutions in full float32 precision inside the block.
+
+    On NVIDIA GPUs since Ampere both JAX and TensorFlow compute float32 products with TF32
+    inputs (10-bit fractions) by default: on an H200 a converted Caffe2 FC then differs from
+    Caffe2's float32 by about 4e-4 relative. Inside this block JAX's default matmul precision is
+    ``"highest"`` and TensorFlow's TF32 execution is off; both are restored on exit. Other
+    backends are left as they are. CPUs compute in float32 either way.
+    """
+    backend = name()
+    if backend == "jax":
+        import jax
+
+        with jax.default_matmul_precision("highest"):
+            yield
+    elif backend == "tensorflow":
+        tf = tensorflow("full_float32_matmuls")
+        was_enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        try:
+            yield
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(was_enabled)
+    else:
+        yield
 
 
 #: below this, numpy values are converted the plain way (the saving is not worth it)

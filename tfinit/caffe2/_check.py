@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tfinit import _backend
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
@@ -203,7 +204,8 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
     converted with :func:`to_keras` returning every stored blob it computes, run on the
     inputs, and each blob compared in the order the net writes them, moved to Caffe2's
     layout: the first that diverges names the op where the conversion departs from
-    Caffe2.
+    Caffe2. The net runs with float32 products in full float32 precision, as Caffe2's CPU
+    ops compute them: GPUs' TF32 default is off while it runs (restored after).
 
     Args:
         predict_net: path, bytes or NetDef.
@@ -256,7 +258,8 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
                          f"converted net (it holds {stored}).")
     model = model_of(b, net, compared)
     arrays = [feeds[blob] for blob, _ in b.inputs]
-    outs = model(arrays if len(arrays) > 1 else arrays[0])
+    with _backend.full_float32_matmuls():  # Caffe2's float32, not the GPU's TF32
+        outs = model(arrays if len(arrays) > 1 else arrays[0])
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     checks = []
     for blob, out in zip(compared, outs):
