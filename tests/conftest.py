@@ -30,7 +30,7 @@ if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1":
     _no_tensorflow.install()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tf():
     """The ``tensorflow`` module (imported only by the tests that ask for it)."""
     import tensorflow
