@@ -9,6 +9,8 @@
   other tests run on JAX without TensorFlow installed take TensorFlow this way).
 - ``TFINIT_TEST_WITHOUT_TENSORFLOW=1``: ``import tensorflow`` fails as if it were not
   installed (CI's JAX pass: tfinit's fills, initializers and Caffe2 reader need no TensorFlow).
+- ``FAST_CASES``: a test module that defines this set of test ids keeps only those in the
+  fast loop; its other tests are marked ``slow`` at collection (the Keras-parity matrix).
 - Markers (setup.cfg): ``slow`` (subprocesses, notebooks, the wheel, the demo, multi-worker,
   benchmarks: ``pytest -m "not slow"`` is the fast loop) and ``tensorflow_only``.
 """
@@ -61,3 +63,19 @@ def dtype_policy():
 
     yield use
     keras.config.set_dtype_policy(at_start)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test of a module with ``FAST_CASES`` that is not listed there."""
+    seen = {}
+    for item in items:
+        fast_cases = getattr(item.module, "FAST_CASES", None)
+        if fast_cases is None:
+            continue
+        seen.setdefault(item.module, set()).add(item.name)
+        if item.name not in fast_cases:
+            item.add_marker(pytest.mark.slow)
+    for module, names in seen.items():
+        if module.FAST_CASES - names:
+            raise pytest.UsageError(f"{module.__name__}.FAST_CASES names no test: "
+                                    f"{sorted(module.FAST_CASES - names)}")

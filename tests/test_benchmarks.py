@@ -241,6 +241,7 @@ def test_op_profile_attributes_the_finite_check_to_tfinit(capsys):
     assert rows["step"][0] > 0 and rows["step"][1] > 0
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_op_profile_bfloat16_has_no_finite_check_on_either_side(capsys):
     """bfloat16: MasterWeightOptimizer's default is no loss scaling and no finiteness check,
     as Keras's mixed_bfloat16: no reduction of the gradients on either side."""
@@ -287,6 +288,7 @@ def test_self_timed_contenders_report_the_seconds_they_return():
     assert row["ours_ms"] == 2.0 and row["baseline_ms"] == 4.0 and row["ratio"] == 0.5
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_split_master_rows_hold_12_and_8_bytes_per_parameter_and_compare_quality(results):
     rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["split_master"]
             if r["name"].startswith("MLP width 16, Adam: ")}

@@ -21,6 +21,7 @@ def rows(tmp_path_factory):
     return data["sections"]["caffe2_import"]
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_rows_for_both_nets(rows):
     assert [row["name"] for row in rows] == [
         "VGG-19 /64: load_init_net vs bare protobuf parse",
@@ -52,6 +53,7 @@ def test_memory_rows_compare_the_peak_with_the_floor(rows):
                             row["file_mb"] + row["values_mb"], abs_tol=0.11)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_load_init_net_peak_memory_is_within_file_plus_twice_the_values(tmp_path):
     """A ResNet-50 of half the widths (6.4 M values, 32 MB): large enough for the figure to
     mean something, small enough for a test."""

@@ -96,6 +96,7 @@ def test_caffe_style_net_matches_numpy_caffe2_blob_by_blob():
     assert model.get_layer("scale1_b").weight.trainable
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_spatial_bn_and_scale_train_with_fit_and_round_trip_keras(tmp_path):
     predict, params = nets.caffe_style()
     model = to_keras(predict, params, (3, 13, 13))

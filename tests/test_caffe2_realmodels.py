@@ -69,6 +69,7 @@ def resnet():
     return _files("resnet_32x32")
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("input_format", [None, "channels_last"])
 def test_resnet_matches_caffe2_blob_by_blob(resnet, input_format):
     predict, init, ref = resnet
@@ -78,6 +79,7 @@ def test_resnet_matches_caffe2_blob_by_blob(resnet, input_format):
     assert "all 10 blobs match Caffe2" in str(report)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_resnet_in_nhwc_order_matches_caffe2(resnet):
     # The same net with order="NHWC" and [O, kh, kw, I] conv weights computes the
     # transposed blobs (the FC reads a 1x1 average, so its columns need no reorder).
@@ -109,6 +111,7 @@ def test_an_intermediate_output_converts_and_matches(resnet):
     np.testing.assert_allclose(out, ref["blob/conv1"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_resnet_trains_and_round_trips_through_a_keras_file(resnet, tmp_path):
     predict, init, ref = resnet
     model = to_keras(predict, init, (3, 32, 32))
@@ -133,6 +136,7 @@ def shufflenet():
     return _files("shufflenet_v2")
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_shufflenet_matches_caffe2_blob_by_blob(shufflenet):
     predict, init, ref = shufflenet
     report = check_forward(predict, init, ref)
@@ -140,6 +144,7 @@ def test_shufflenet_matches_caffe2_blob_by_blob(shufflenet):
     assert "stage3_stride2_ch_shuffle" in [c.blob for c in report.blobs]
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_shufflenet_default_outputs_hold_concats_split_info(shufflenet):
     predict, init, ref = shufflenet
     net = read_netdef(predict)
@@ -152,6 +157,7 @@ def test_shufflenet_default_outputs_hold_concats_split_info(shufflenet):
         np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_shufflenet_in_nhwc_order_matches_caffe2(shufflenet):
     predict, init, ref = shufflenet
     net, params = nets.to_nhwc(read_netdef(predict), load_init_net(init))

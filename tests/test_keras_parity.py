@@ -29,6 +29,8 @@ import tensorflow as tf
 from tfinit import mixed_precision as mp
 
 pytestmark = pytest.mark.tensorflow_only
+#: the fast loop's one parity case (conftest marks the rest ``slow``: about 8 minutes)
+FAST_CASES = {"test_layer_family_fit_masters_equal_keras_mixed[pseudo_fp16-float16-dense]"}
 
 SPECS = P.SPECS
 SPEC_IDS = [f"{mode}-{dtype}" for mode, dtype in SPECS]

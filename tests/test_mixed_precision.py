@@ -484,6 +484,7 @@ def _model():
     return keras.Model(tokens, out)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", MODES)
 def test_fit_converges_each_mode_and_dtype(mode, compute_dtype):
     rng = np.random.default_rng(0)
@@ -508,6 +509,7 @@ def test_fit_converges_each_mode_and_dtype(mode, compute_dtype):
     assert {v.dtype for v in model.optimizer.inner_optimizer.variables} <= {"float32", "int64"}
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_softmax_classifier_with_crossentropy_trains_in_pseudo_fp16():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(96, 4)).astype(np.float32)

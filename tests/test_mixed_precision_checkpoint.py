@@ -48,6 +48,7 @@ def _assert_restored(model, masters):
         np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", [("pseudo_fp16", "float16"),
                                                  ("reverse", "bfloat16")])
 def test_tf_train_checkpoint_round_trip_with_optimizer(tmp_path, mode, compute_dtype):
@@ -72,6 +73,7 @@ def test_tf_train_checkpoint_round_trip_with_optimizer(tmp_path, mode, compute_d
         assert np.asarray(want).tobytes() == have.numpy().tobytes()
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", [("pseudo_fp16", "float16"),
                                                  ("pseudo_fp16", "bfloat16"),
                                                  ("reverse", "float16")])
@@ -84,6 +86,7 @@ def test_weights_h5_round_trip(tmp_path, mode, compute_dtype):
     _assert_restored(model2, masters)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_keras_file_round_trip_inside_scope_and_refused_outside(tmp_path):
     model = _build()
     masters = _perturb(model)
@@ -105,6 +108,7 @@ def test_keras_file_round_trip_inside_scope_and_refused_outside(tmp_path):
         assert want.numpy().tobytes() == have.numpy().tobytes()
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_fp32_weights_fine_tune_into_pseudo_fp16(tmp_path):
     keras.utils.set_random_seed(3)
     fp32 = _plain()

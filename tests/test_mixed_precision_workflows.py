@@ -51,6 +51,7 @@ def _assert_copies_synced(model):
 # ----------------------------------------------------------------- 1. loss scaling once
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_compile_fit_update_equals_fp32_update(mode, compute_dtype):
     """One SGD step: w = 1 - 0.5 * d/dw mean((0.1 w)^2) = 0.99, as in fp32."""
@@ -73,6 +74,7 @@ def test_compile_fit_update_equals_fp32_update(mode, compute_dtype):
     assert abs(float(master[0, 0]) - 0.99) < 1e-4
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_reverse_float16_keras_file_reloads_optimizer_with_every_variable(tmp_path):
     with mp.scope("reverse", compute_dtype="float16"):
         model = _mlp()
@@ -108,6 +110,7 @@ def _assert_serves(artifact, model, outputs, x, want, compute_dtype):
                                atol=8 * eps * float(np.abs(want).max()))
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_export_and_saved_model_serve_the_same_outputs(tmp_path, mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
@@ -131,6 +134,7 @@ def test_export_and_saved_model_serve_the_same_outputs(tmp_path, mode, compute_d
 # ----------------------------------------------------------------- 3. one truth per read
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_every_standard_read_gives_the_variable_itself(mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
@@ -160,6 +164,7 @@ def test_every_standard_read_gives_the_variable_itself(mode, compute_dtype):
 # ----------------------------------------------------------------- 4. set_weights, EarlyStopping
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_set_weights_of_get_weights_leaves_masters_bit_identical(mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
@@ -195,6 +200,7 @@ def test_16bit_value_changes_only_the_elements_it_changes():
     assert master.ravel()[1:].tobytes() == exact.ravel()[1:].tobytes()  # untouched
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
 def test_early_stopping_restores_best_masters_exactly(compute_dtype):
     keras.utils.set_random_seed(0)
@@ -246,6 +252,7 @@ class Subclassed(keras.Model):
         return self.out(self.norm(self.hidden(x)))
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_subclassed_model_built_by_fit_after_the_scope_gets_masters(mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
@@ -298,6 +305,7 @@ def test_scope_on_jax_backend_refuses_naming_tensorflow():
 # ----------------------------------------------------------------- 7. across dtypes
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("compile_", [False, True])
 def test_float16_file_loaded_in_bfloat16_scope_sets_every_master_exactly(tmp_path, compile_):
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
@@ -373,6 +381,7 @@ def test_set_master_weights_refuses_wrong_count_and_shape_naming_the_variable():
         mp.get_master_weights([1, 2])
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_save_weights_writes_a_plain_file_a_plain_model_loads(tmp_path, dtype, dtype_policy):
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
@@ -403,6 +412,7 @@ def test_16bit_file_loads_into_pseudo_model_as_exact_widening(tmp_path):
         assert have.tobytes() == want.astype(np.float16).astype(np.float32).tobytes()
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_compile_wraps_a_plain_optimizer_in_master_weight_optimizer(mode, compute_dtype):
     """As Keras's compile wraps LossScaleOptimizer under mixed_float16: no master-less update."""
@@ -422,6 +432,7 @@ def test_compile_wraps_a_plain_optimizer_in_master_weight_optimizer(mode, comput
     _assert_copies_synced(plain)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_a_plain_optimizer_is_refused_at_its_first_step(mode, compute_dtype):
     """A custom loop, or a model assembled outside the scope, with a plain Keras optimizer."""
@@ -494,6 +505,7 @@ def _keras_mixed(compute_dtype, build):
         keras.config.set_dtype_policy(previous)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 @pytest.mark.parametrize("rnn", ["LSTM", "GRU", "SimpleRNN"])
 def test_recurrent_gradient_in_tf_function_equals_keras_mixed(mode, compute_dtype, rnn):
@@ -518,6 +530,7 @@ def test_recurrent_gradient_in_tf_function_equals_keras_mixed(mode, compute_dtyp
         assert a.dtype == tf.float32 and a.numpy().tobytes() == b.numpy().tobytes()
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_regularizer_penalty_is_computed_on_the_masters(mode, compute_dtype):
     def build():
@@ -540,6 +553,7 @@ def test_regularizer_penalty_is_computed_on_the_masters(mode, compute_dtype):
     np.testing.assert_allclose(grad.numpy(), 2e-5 * master, rtol=1e-6)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_adapted_statistics_keep_fp32(mode, compute_dtype, tmp_path):
     data = (np.random.default_rng(0).normal(size=(64, 2)) + 1230.6175).astype("f4")
@@ -558,6 +572,7 @@ def test_adapted_statistics_keep_fp32(mode, compute_dtype, tmp_path):
     assert ours(data[:4]).numpy().tobytes() == ref(data[:4]).numpy().tobytes()
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_policy_survives_three_generations_of_files(mode, compute_dtype, tmp_path):
     with mp.scope(mode, compute_dtype=compute_dtype):
@@ -575,6 +590,7 @@ def test_policy_survives_three_generations_of_files(mode, compute_dtype, tmp_pat
         assert [a.tobytes() for a in masters] == _masters(model)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_bidirectional_lstm_trains_in_fit_with_jit(mode, compute_dtype):
     x = np.random.default_rng(2).normal(size=(8, 5, 3)).astype("f4")
@@ -591,6 +607,7 @@ def test_bidirectional_lstm_trains_in_fit_with_jit(mode, compute_dtype):
     _assert_copies_synced(model)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
 def test_a_caffe2_char_rnn_converted_in_a_scope_trains_in_graph_mode(compute_dtype):
     import caffe2_nets as nets

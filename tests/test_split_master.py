@@ -108,6 +108,7 @@ def _model(master, seed=7, units=(24, 5)):
                                  keras.layers.Dense(units[1])])
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only():
     split, fp32 = _model("split"), _model("fp32")
     for v in split.weights:
@@ -202,6 +203,7 @@ def _optimizer_case(name):
         strict=True, reason=f"Keras {keras.__version__}'s own {name} fails on TensorFlow"))
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("context", ["eager", "function", "jit"])
 @pytest.mark.parametrize("name", [_optimizer_case(n) for n in sorted(OPTIMIZERS)])
 def test_split_masters_equal_fp32_masters_bit_for_bit(name, context):
@@ -269,6 +271,7 @@ def _fit_side_by_side(jit_compile, epochs=2, make_optimizer=lambda: keras.optimi
     return models, compared
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_fit_trains_split_like_fp32_and_scratches_stay_empty():
     models, compared = _fit_side_by_side(jit_compile=False)
     assert compared == 8  # no tie in these 8 batches: bit-identical throughout
@@ -277,6 +280,7 @@ def test_fit_trains_split_like_fp32_and_scratches_stay_empty():
     assert isinstance(models[1].optimizer, mp.MasterWeightOptimizer)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_fit_ends_with_the_ema_of_the_masters_as_with_fp32_masters():
     # Keras's fit ends with finalize_variable_values: the EMA overwrites the masters.
     models, compared, last_batch = _fit_side_by_side(
@@ -290,6 +294,7 @@ def test_fit_ends_with_the_ema_of_the_masters_as_with_fp32_masters():
         assert int(tf.size(pair.master_variable)) == 0
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
     models, compared = _fit_side_by_side(jit_compile=True)
     assert compared >= 4
@@ -307,6 +312,7 @@ def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
     models[1].fit(x, y, batch_size=16, epochs=1, verbose=0)  # the compiled step still runs
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_mirrored_strategy_two_replicas():
     here = os.path.dirname(__file__)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
@@ -379,6 +385,7 @@ def test_layer_writes_and_regularizers_use_the_exact_master():
     np.testing.assert_array_equal(mp.get_master_weights(layer)[0], master + np.float32(1e-4))
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_tf_train_checkpoint_round_trips_and_crosses_to_the_fp32_master_scope(tmp_path):
     model, want = _perturbed("split")
     opt = mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-3))
@@ -402,6 +409,7 @@ def _same_masters(model, want):
         assert g.tobytes() == w.tobytes()
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 @pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
 def test_keras_files_round_trip_and_cross_to_the_fp32_master_scope(tmp_path, suffix):
     model, want = _perturbed("split")
@@ -424,6 +432,7 @@ def test_keras_files_round_trip_and_cross_to_the_fp32_master_scope(tmp_path, suf
     _same(load(first, "split"), want)
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_export_serves_the_bfloat16_copy_as_the_fp32_master_scope_does(tmp_path):
     model, want = _perturbed("split")
     fp32 = _model("fp32", seed=99)
@@ -439,6 +448,7 @@ def test_export_serves_the_bfloat16_copy_as_the_fp32_master_scope_does(tmp_path)
     np.testing.assert_array_equal(served[0], np.asarray(tf.function(model)(x)))
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_early_stopping_restores_the_exact_best_masters():
     x, y = _data(64)
     model = _model("split")
@@ -457,6 +467,7 @@ def test_early_stopping_restores_the_exact_best_masters():
     _same(model, best[epoch][1])
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_a_caffe2_model_converted_in_a_split_scope_loads_exactly_and_trains():
     import caffe2_nets as nets
     from tfinit.caffe2 import to_keras
@@ -491,6 +502,7 @@ def test_a_caffe2_model_converted_in_a_split_scope_loads_exactly_and_trains():
                                     mp.get_master_weights(models["split"])) == 0
 
 
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_bfloat16_optimizer_state_for_masters_only_and_its_bad_values():
     model = _model("split")
     opt = mp.MasterWeightOptimizer(
