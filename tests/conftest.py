@@ -12,7 +12,8 @@
 - ``FAST_CASES``: a test module that defines this set of test ids keeps only those in the
   fast loop; its other tests are marked ``slow`` at collection (the Keras-parity matrix).
 - Markers (setup.cfg): ``slow`` (subprocesses, notebooks, the wheel, the demo, multi-worker,
-  benchmarks: ``pytest -m "not slow"`` is the fast loop) and ``tensorflow_only``.
+  benchmarks, any test over 1 s on 2 cores: ``pytest -m "not slow"`` is the fast loop) and
+  ``tensorflow_only``.
 """
 
 import contextlib

@@ -21,7 +21,7 @@ def rows(tmp_path_factory):
     return data["sections"]["caffe2_import"]
 
 
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.slow  # the rows fixture runs the benchmark (about 19 s)
 def test_rows_for_both_nets(rows):
     assert [row["name"] for row in rows] == [
         "VGG-19 /64: load_init_net vs bare protobuf parse",
@@ -32,6 +32,7 @@ def test_rows_for_both_nets(rows):
     ]
 
 
+@pytest.mark.slow  # the rows fixture runs the benchmark (about 19 s)
 def test_timed_rows_have_targets_and_positive_ratios(rows):
     for row in rows:
         if "ratio" in row:
@@ -41,11 +42,13 @@ def test_timed_rows_have_targets_and_positive_ratios(rows):
             assert low <= row["ratio"] <= high
 
 
+@pytest.mark.slow  # the rows fixture runs the benchmark (about 19 s)
 def test_to_keras_and_the_hand_built_model_agree(rows):
     (row,) = [r for r in rows if "to_keras" in r["name"]]
     assert row["outputs_max_abs_diff"] < 1e-5
 
 
+@pytest.mark.slow  # the rows fixture runs the benchmark (about 19 s)
 def test_memory_rows_compare_the_peak_with_the_floor(rows):
     for row in [r for r in rows if "peak memory" in r["name"]]:
         assert row["peak_growth_mb"] >= 0
