@@ -25,7 +25,7 @@ def package(name, layers):
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_caffe2_rng", "_caffe2_types", "_args", "registry",
-     "_precision", "_keras_internals", "caffe2._large_floats", "caffe2._memory",
+     "_precision", "_keras_internals", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # exact casts; the records and sources of values; Caffe2 NetDefs read and written
     ["_exact", "parameter_info", "sources", "_split_master", "caffe2._netdef"],

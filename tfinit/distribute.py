@@ -91,8 +91,9 @@ def forbidden_ops(function, *args, **kwargs):
     ``strategy.run`` bodies).
     """
     if not hasattr(function, "get_concrete_function"):
-        raise TypeError("forbidden_ops expects a tf.function (decorate the train step with "
-                        f"@tf.function); got {type(function).__name__}.")
+        raise TypeError("forbidden_ops: argument `function` must be a tf.function (decorate "
+                        "the train step with @tf.function). Received: "
+                        f"function={type(function).__name__}")
     found = set()
 
     def record(next_creator, **kw):  # tf.function lifts such variables out of the graph

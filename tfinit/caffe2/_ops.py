@@ -14,6 +14,16 @@ import keras
 import numpy as np
 
 from tfinit.caffe2._memory import Limit, blob_bytes
+from tfinit.caffe2._op_args import (
+    CEIL_MODE,
+    Unsupported,
+    ceil_mode_pads,
+    ints,
+    legacy_pad,
+    padded_shape,
+    same_pads,
+    window,
+)
 from tfinit.caffe2._layers import (
     Caffe2Broadcast,
     Caffe2ChannelShuffle,
@@ -30,10 +40,6 @@ _NCHW_TO_INTERNAL = {0: 0, 1: 3, 2: 1, 3: 2}
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
 # Ops whose `order` decides the layout of the tensors they read and write.
 LAYOUT_OPS = ("Conv", "MaxPool", "AveragePool", "SpatialBN", "LRN", "ChannelShuffle")
-
-
-class Unsupported(ValueError):
-    """An op or argument to_keras does not convert (the message completes 'unsupported')."""
 
 
 def op_order(op):
@@ -159,83 +165,6 @@ def args_text(op):
     return f"{op.type} with {', '.join(shown) or 'no arguments'}"
 
 
-def _ints(value):
-    return [int(v) for v in np.asarray(value).reshape(-1)]
-
-
-def _pair(op, single, names, plural, default):
-    args = op.args
-    if args.get(plural) is not None:
-        values = _ints(args[plural])
-    elif any(n in args for n in names):
-        values = [int(args.get(n, default)) for n in names]
-    elif single in args:
-        values = [int(args[single])] * len(names)
-    else:
-        values = [default] * len(names)
-    if len(values) != len(names):
-        raise Unsupported(f"argument {plural}={values} (2-D ops take {len(names)} values)")
-    return tuple(values)
-
-
-_LEGACY_PAD = {0: "NOTSET", 1: "VALID", 2: "SAME", 3: "CAFFE_LEGACY_POOLING"}
-CEIL_MODE = 3  # LegacyPadding::CAFFE_LEGACY_POOLING: Caffe's ceil-mode pooling
-
-
-def legacy_pad(op):
-    """The op's ``legacy_pad``: 0 (none) or, on pooling ops, 3 (Caffe's ceil mode)."""
-    value = op.args.get("legacy_pad", 0)
-    allowed = (0, CEIL_MODE) if op.type in ("MaxPool", "AveragePool") else (0,)
-    if not isinstance(value, int) or value not in allowed:
-        name = _LEGACY_PAD.get(value, "unknown") if isinstance(value, int) else "not an int"
-        raise Unsupported(f"legacy_pad={value!r} ({name}) on {op.type}; "
-                          f"{' and '.join(str(v) for v in allowed)} are converted")
-    return value
-
-
-def _window(op, kernel=None):
-    if kernel is None:
-        kernel = _pair(op, "kernel", ("kernel_h", "kernel_w"), "kernels", 0)
-    stride = _pair(op, "stride", ("stride_h", "stride_w"), "strides", 1)
-    dilation = _pair(op, "dilation", ("dilation_h", "dilation_w"), "dilations", 1)
-    pads = _pair(op, "pad", ("pad_t", "pad_l", "pad_b", "pad_r"), "pads", 0)
-    legacy_pad(op)
-    return kernel, stride, dilation, pads
-
-
-def ceil_mode_pads(size, kernel, stride, head):
-    """Caffe2's ``legacy_pad=3`` on one spatial axis: ``(output size, tail pad)``.
-
-    The size is ``ceil((size + 2 * head - kernel) / stride) + 1``, one less when the last
-    window would start in the padding (``head > 0``); the tail pad given is not used, it
-    becomes ``head + stride * (that size - the floor rule's size)``.
-    """
-    span = size + 2 * head - kernel
-    if span < 0:
-        raise ValueError(f"kernel {kernel} is larger than the padded input "
-                         f"({size} + 2 * {head})")
-    out = -(-span // stride) + 1
-    if head > 0 and (out - 1) * stride >= size + head:
-        out -= 1
-    if (out - 1) * stride - head >= size:
-        raise Unsupported(f"legacy_pad=3 with a last window outside the input (size {size}, "
-                          f"kernel {kernel}, stride {stride}, pad {head})")
-    return out, head + stride * (out - (span // stride + 1))
-
-
-def _padded(shape, pads):
-    """The NHWC ``shape`` with Caffe2's (top, left, bottom, right) ``pads`` added."""
-    n, h, w, c = shape
-    return (n, h + pads[0] + pads[2], w + pads[1] + pads[3], c)
-
-
-def _same_pads(size, kernel, stride):
-    """TensorFlow's SAME padding (before, after) for one spatial dimension."""
-    out = math.ceil(size / stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return total // 2, total - total // 2
-
-
 def _input_mismatch(b, op, blob, expected, x):
     """Raise the error for a data input whose shape does not fit the op's weight."""
     got = tuple(x.shape[1:])
@@ -309,10 +238,10 @@ def _conv(b, op, x):
         expected = (f"(C, H, W) with C = {channels}" if b.io_layout == NCHW
                     else f"(H, W, C) with C = {channels}")
         _input_mismatch(b, op, w_blob, expected, x)
-    kernel, stride, dilation, pads = _window(op, kernel=tuple(w.shape[2:]))
+    kernel, stride, dilation, pads = window(op, kernel=tuple(w.shape[2:]))
     name = b.layer_name(op, w_blob)
     if any(pads):
-        b.check_size(op, f"its input '{op.inputs[0]}' padded", _padded(x.shape, pads))
+        b.check_size(op, f"its input '{op.inputs[0]}' padded", padded_shape(x.shape, pads))
         x = keras.layers.ZeroPadding2D(((pads[0], pads[2]), (pads[1], pads[3])),
                                        name=b.name(name + "_pad"))(x)
     layer = keras.layers.Conv2D(
@@ -344,7 +273,7 @@ def _pool(b, op, x):
     if op.args.get("global_pooling", 0):
         cls = keras.layers.GlobalMaxPooling2D if maximum else keras.layers.GlobalAveragePooling2D
         return cls(keepdims=True, name=name)(x)
-    kernel, stride, dilation, pads = _window(op)
+    kernel, stride, dilation, pads = window(op)
     if dilation != (1, 1) or 0 in kernel:
         raise Unsupported(f"{op.type} with dilation {dilation} / kernel {kernel}")
     _check_pool(op, b.params)
@@ -355,7 +284,7 @@ def _pool(b, op, x):
     cls = keras.layers.MaxPooling2D if maximum else keras.layers.AveragePooling2D
     if not any(pads):
         return cls(kernel, strides=stride, padding="valid", name=name)(x)
-    same = [_same_pads(x.shape[1 + k], kernel[k], stride[k]) for k in range(2)]
+    same = [same_pads(x.shape[1 + k], kernel[k], stride[k]) for k in range(2)]
     out = [(x.shape[1 + k] + pads[k] + pads[k + 2] - kernel[k]) // stride[k] + 1
            for k in range(2)]
     if [(pads[0], pads[2]), (pads[1], pads[3])] == same and out == [
@@ -364,7 +293,7 @@ def _pool(b, op, x):
         # TF SAME ignores padded cells, as Caffe2 does (max; average without count_include_pad)
         return cls(kernel, strides=stride, padding="same", name=name)(x)
     mode = "max" if maximum else "average"
-    b.check_size(op, f"its input '{op.inputs[0]}' padded", _padded(x.shape, pads))
+    b.check_size(op, f"its input '{op.inputs[0]}' padded", padded_shape(x.shape, pads))
     return Caffe2Pooling2D(mode, kernel, stride, pads, name=name)(x)
 
 
@@ -425,9 +354,9 @@ def _split(b, op, x, *rest):
         known = {**b.params, **b.constants}
         if op.inputs[1] not in known:
             raise Unsupported(f"Split sizes from '{op.inputs[1]}', a blob computed at run time")
-        sizes = _ints(known[op.inputs[1]])
+        sizes = ints(known[op.inputs[1]])
     elif op.args.get("split") is not None:
-        sizes = _ints(op.args["split"])
+        sizes = ints(op.args["split"])
     else:
         if total % parts:
             raise ValueError(f"cannot split {total} entries along axis "
@@ -585,7 +514,7 @@ def _flatten(b, op, x):
 def _reshape(b, op, x):
     if len(op.inputs) > 1 or op.args.get("shape") is None:
         raise Unsupported("Reshape without a `shape` argument")
-    shape = _ints(op.args["shape"])
+    shape = ints(op.args["shape"])
     name = b.name(op.outputs[0])
     x = b.to_caffe2(x, name)
     dims = list(x.shape)
