@@ -1,5 +1,6 @@
 """Every notebook runs top to bottom on CPU and is stored without outputs."""
 
+import json
 import os
 
 import nbformat
@@ -17,6 +18,10 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_stored_without_outputs(path):
+    # Cell ids are required from nbformat 4.5 on; nbformat.read adds missing ones in memory
+    # (with a MissingIDFieldWarning that says it will become an error), so read the file.
+    ids = [cell.get("id") for cell in json.loads(path.read_text())["cells"]]
+    assert None not in ids and len(set(ids)) == len(ids), f"{path.name}: cell ids {ids}"
     nb = nbformat.read(path, as_version=4)
     assert "colab-badge" in nb.cells[0].source, "first cell must be the Open in Colab badge"
     for cell in nb.cells:
