@@ -7,10 +7,8 @@ timestep)``. The arguments say which op input is the sequence (``link_external``
 (``param``) and which output is which state, all or last (``alias_src/dst/offset``).
 """
 
-import numpy as np
-
 from tfinit.caffe2._lstm import Caffe2LSTM
-from tfinit.caffe2._ops import Unsupported
+from tfinit.caffe2._op_args import Unsupported, ints
 
 _PATTERN = "rnn_cell.LSTM's step net (FC, Sum, LSTMUnit)"
 
@@ -21,7 +19,7 @@ def _strings(op, name):
 
 def _ints(op, name):
     value = op.args.get(name)
-    return [] if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+    return [] if value is None else ints(value)
 
 
 def param_slots(op):
