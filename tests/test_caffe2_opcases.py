@@ -50,13 +50,47 @@ DOCUMENTED_REFUSALS = [
     (r"(FC|Softmax) (with axis=0|over axis 0)", "`axis=0`"),
     (r"LRN.*argument `size` must be a positive odd int", "| `size`, `alpha`, `beta`, `bias`, "
      "`order` | even `size` |"),
+    (r"Conv that is not 2-D", "non-2-D kernels"),
+    (r"legacy_pad=3 with a last window outside the input",
+     "a window lying wholly outside the input (possible only with `p = 0` and `s > k`) is "
+     "refused"),
+    (r"(Add|Mul) with broadcast=\d+ \(0 and 1 are converted\)",
+     "`broadcast` other than 0/1"),
+    (r"parameter '\w+' of shape .* does not broadcast to .* without changing it or spanning "
+     r"the batch axis", "The parameter must not span the batch axis nor make `A` larger"),
+    (r"(Add|Mul) (with broadcast=1 of a second data input placed at axis [1-9]|of data "
+     r"inputs of ranks)", "A second data input whose first axis would meet another axis"),
+    (r"Sum of init-net blob", "Sum with an input the init net fills is refused"),
+    (r"Dropout's mask, not converted", "Dropout's second output (its mask) is not converted"),
     (r"Sum with broadcast=1", "| Sum | Add (+ `Caffe2Broadcast` per parameter) | — | "
      "different shapes, `broadcast` |"),
 ]
 
 # Cases that depend on what branch conv-features builds (issue 31 rows 5, 8, 10; SpatialBN
 # momentum): strict xfails until that branch is merged; then this set goes.
-PENDING_OTHER_BRANCH = {}
+PENDING_OTHER_BRANCH = {
+    "068_Conv_conv_nobias_nchw": "TensorFlow's oneDNN Conv2D bug (issue 31 row 5)",
+    "462_Conv_min_tf_onednn_conv": "TensorFlow's oneDNN Conv2D bug (issue 31 row 5)",
+    "463_Conv_min_tf_onednn_conv_nhwc": "TensorFlow's oneDNN Conv2D bug (issue 31 row 5)",
+    "017_Conv_conv_nhwc_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
+    "044_Conv_conv_stride_dilation_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
+    "045_Conv_conv_stride_dilation_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
+    "046_Conv_conv_stride_dilation_nchw": "Conv with stride and dilation together (issue 31 row 8)",
+    "047_Conv_conv_stride_dilation_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
+    "050_Conv_conv_group_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
+    "051_Conv_conv_group_nchw": "Conv with stride and dilation together (issue 31 row 8)",
+    "054_Conv_conv_group_nchw": "Conv with stride and dilation together (issue 31 row 8)",
+    "073_Conv_conv_kernel_hw_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
+    "086_Conv_conv_engine_nchw": "Conv with stride and dilation together (issue 31 row 8)",
+    "461_Conv_min_stride_dilation": "Conv with stride and dilation together (issue 31 row 8)",
+    "342_ChannelShuffle_channelshuffle_3d_nhwc": "ChannelShuffle on a 3-D blob (issue 31 row 8)",
+    "343_ChannelShuffle_channelshuffle_3d_nchw": "ChannelShuffle on a 3-D blob (issue 31 row 8)",
+    "478_ChannelShuffle_min_channelshuffle_3d": "ChannelShuffle on a 3-D blob (issue 31 row 8)",
+    "188_AveragePool_averagepool_legacy3_small_nhwc": "empty ceil-mode pool output (row 8)",
+    "191_AveragePool_averagepool_kernel_gt_padded_nchw": "empty ceil-mode pool output (row 8)",
+    "480_AveragePool_min_legacy3_kernel_gt_input": "empty ceil-mode pool output (row 8)",
+    "299_Reshape_reshape_from_input": "Reshape, shape from init net (row 8)",
+}
 
 
 def _start():

@@ -16,10 +16,22 @@ import numpy as np
 from tfinit.caffe2._memory import Limit, blob_bytes
 from tfinit.caffe2._op_args import (
     CEIL_MODE,
+    NCHW,
+    NHWC,
     Unsupported,
+    aligned,
     ceil_mode_pads,
+    check_fits,
+    check_global_pooling,
+    check_kernel_given,
+    check_pool_pads,
+    fc_weight_2d,
+    int_arg,
     ints,
+    legacy_axis,
     legacy_pad,
+    misfit,
+    op_order,
     padded_shape,
     same_pads,
     window,
@@ -34,21 +46,11 @@ from tfinit.caffe2._layers import (
     Caffe2Split,
 )
 
-NCHW, NHWC = "NCHW", "NHWC"
 TO_NHWC, TO_NCHW = (2, 3, 1), (3, 1, 2)  # Permute dims (batch excluded)
 _NCHW_TO_INTERNAL = {0: 0, 1: 3, 2: 1, 3: 2}
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
 # Ops whose `order` decides the layout of the tensors they read and write.
 LAYOUT_OPS = ("Conv", "MaxPool", "AveragePool", "SpatialBN", "LRN", "ChannelShuffle")
-
-
-def op_order(op):
-    """The op's ``order`` argument as ``"NCHW"``/``"NHWC"`` (Caffe2's default NCHW)."""
-    order = op.args.get("order", b"NCHW")
-    order = order.decode() if isinstance(order, bytes) else str(order)
-    if order not in (NCHW, NHWC):
-        raise Unsupported(f"order {order!r} (NCHW and NHWC are)")
-    return order
 
 
 class Builder:
@@ -107,7 +109,7 @@ class Builder:
     def axis(self, op, x, default):
         """The Keras axis of the Caffe2 axis ``op.args['axis']`` (or ``default``)."""
         rank = len(x.shape)
-        axis = int(op.args.get("axis", default))
+        axis = int_arg(op, "axis", default)
         if not -rank <= axis < rank:
             raise ValueError(f"axis={axis} is out of range for a {rank}-D blob")
         axis %= rank
@@ -181,16 +183,6 @@ def _input_mismatch(b, op, blob, expected, x):
 # ---------------------------------------------------------------- op handlers
 
 
-def fc_weight_2d(op, w, w_blob):
-    """The FC weight as Caffe2 uses it: ``[prod(dims[:axis_w]), prod(dims[axis_w:])]``."""
-    axis_w = op.args.get("axis_w", 1)
-    if not isinstance(axis_w, int) or not -w.ndim <= axis_w < max(w.ndim, 1):
-        raise Unsupported(f"FC axis_w={axis_w!r} (weight '{w_blob}' of shape "
-                          f"{tuple(w.shape)} takes an int in [-{w.ndim}, {w.ndim}))")
-    axis_w %= w.ndim
-    return w.reshape(math.prod(w.shape[:axis_w]), math.prod(w.shape[axis_w:]))
-
-
 def _fc(b, op, x):
     w_blob, w = b.param(op, 1)
     if w.ndim != 2 or op.args.get("axis_w", 1) != 1:
@@ -232,13 +224,18 @@ def _conv(b, op, x):
     if b.layout == NHWC:  # [O, kh, kw, I/g] -> [O, I/g, kh, kw], the form load_into_keras takes
         w = w.transpose(0, 3, 1, 2)
         b.params[w_blob] = w
-    group = int(op.args.get("group", 1))
+    group = int_arg(op, "group", 1)
     channels = w.shape[1] * group
     if len(x.shape) != 4 or x.shape[-1] != channels:
         expected = (f"(C, H, W) with C = {channels}" if b.io_layout == NCHW
                     else f"(H, W, C) with C = {channels}")
         _input_mismatch(b, op, w_blob, expected, x)
-    kernel, stride, dilation, pads = window(op, kernel=tuple(w.shape[2:]))
+    kernel, stride, dilation, pads = window(op)
+    check_kernel_given(op, kernel)
+    if kernel != tuple(w.shape[2:]):  # Caffe2: filter.dim32(i + 2) == kernel_[i]
+        raise ValueError(f"argument kernel={list(kernel)} does not match weight '{w_blob}' "
+                         f"of shape {tuple(w.shape)} (kernel {list(w.shape[2:])})")
+    check_fits(op, x.shape[1:3], kernel, dilation, pads)
     name = b.layer_name(op, w_blob)
     if any(pads):
         b.check_size(op, f"its input '{op.inputs[0]}' padded", padded_shape(x.shape, pads))
@@ -258,10 +255,24 @@ def _spatial_bn(b, op, x):
     b.check_order(op)
     _check_bn(op, b.params)
     blobs = [b.param(op, k)[0] for k in range(1, 5)]
+    rank = len(x.shape)
+    if rank < 2:
+        raise ValueError(f"SpatialBN takes a blob of 2 or more dims; '{op.inputs[0]}' has "
+                         f"{rank}")
+    # Caffe2: the channel axis is 1 (NCHW) or the last (NHWC) at every rank; a 4-D NCHW
+    # blob is held NHWC here, so its channels are last too.
+    axis = 1 if op_order(op) == NCHW and rank != 4 else -1
+    channels = x.shape[axis]
+    for blob in blobs:
+        if np.size(b.params[blob]) != channels:
+            raise ValueError(f"parameter '{blob}' of shape {tuple(np.shape(b.params[blob]))} "
+                             f"must hold {channels} values, one per channel of "
+                             f"'{op.inputs[0]}' (its axis {1 if op_order(op) == NCHW else -1})")
+        b.params[blob] = np.reshape(b.params[blob], (channels,))
     name = b.layer_name(op, blobs[0][:-2] + "_w" if blobs[0].endswith("_s") else op.outputs[0])
     b.routes[name] = dict(zip(("gamma", "beta", "moving_mean", "moving_variance"), blobs))
     eps = float(op.args.get("epsilon", 1e-5))
-    return keras.layers.BatchNormalization(axis=-1, epsilon=eps, name=name)(x)
+    return keras.layers.BatchNormalization(axis=axis, epsilon=eps, name=name)(x)
 
 
 def _pool(b, op, x):
@@ -270,13 +281,18 @@ def _pool(b, op, x):
         raise Unsupported(f"{op.type} on a {len(x.shape)}-D blob")
     name = b.name(op.outputs[0])
     maximum = op.type == "MaxPool"
-    if op.args.get("global_pooling", 0):
+    kernel, stride, dilation, pads = window(op)
+    if int_arg(op, "global_pooling", 0):
+        check_global_pooling(op, stride, dilation, pads)
         cls = keras.layers.GlobalMaxPooling2D if maximum else keras.layers.GlobalAveragePooling2D
         return cls(keepdims=True, name=name)(x)
-    kernel, stride, dilation, pads = window(op)
-    if dilation != (1, 1) or 0 in kernel:
-        raise Unsupported(f"{op.type} with dilation {dilation} / kernel {kernel}")
+    if dilation != (1, 1):
+        raise Unsupported(f"{op.type} with dilation {dilation}")
+    check_kernel_given(op, kernel)
     _check_pool(op, b.params)
+    check_pool_pads(op, kernel, pads)
+    if legacy_pad(op) != CEIL_MODE:
+        check_fits(op, x.shape[1:3], kernel, dilation, pads)
     if legacy_pad(op) == CEIL_MODE:  # Caffe's ceil mode: the tail pads are computed
         tails = [ceil_mode_pads(x.shape[1 + k], kernel[k], stride[k], pads[k])[1]
                  for k in range(2)]
@@ -324,6 +340,8 @@ def _activation(b, op, x):
 
 def _dropout(b, op, x):
     rate = float(op.args.get("ratio", 0.5))
+    if len(op.outputs) > 1:
+        b.opaque[op.outputs[1]] = "Dropout's mask, not converted"
     return keras.layers.Dropout(rate, name=b.name(op.outputs[0]))(x)
 
 
@@ -333,13 +351,18 @@ def _concat(b, op, *xs):
     axis = b.axis(op, xs[0], b.order_axis(op))
     if axis == 0:
         raise Unsupported("Concat along the batch axis")
+    if len(op.outputs) != 2:
+        raise ValueError(_two_outputs(op, "split_info"))
     y = keras.layers.Concatenate(axis=axis, name=b.name(op.outputs[0]))(list(xs))
-    if len(op.outputs) < 2:
-        return y
     sizes = np.asarray([x.shape[axis] for x in xs], np.int32)
     b.constants[op.outputs[1]] = sizes
     info = Caffe2ShapeInfo(sizes, "int32", name=b.name(op.outputs[1]))(y)
     return y, info
+
+
+def _two_outputs(op, second):
+    return (f"{op.type} must have 2 outputs (the result and {second}), as Caffe2's schema "
+            f"says. Received: {len(op.outputs)} outputs {list(op.outputs)}")
 
 
 def _split(b, op, x, *rest):
@@ -399,9 +422,9 @@ _MERGE = {"Sum": keras.layers.Add, "Add": keras.layers.Add, "Mul": keras.layers.
 
 
 def broadcast_form(op):
-    """``"legacy"`` (``broadcast=1``: the second input's dims matched from ``axis``, or to
-    the trailing dims), ``"numpy"`` (Add/Mul without it: multidirectional, aligned from the
-    right) or ``"same"`` (Sum: equal shapes)."""
+    """``"legacy"`` (``broadcast=1``: the second input's dims placed at ``axis``, or at the
+    end), ``"numpy"`` (Add/Mul without it: multidirectional, aligned from the right; Caffe2
+    then ignores ``axis``) or ``"same"`` (Sum: equal shapes)."""
     if op.type == "Sum":
         if op.args.get("broadcast", 0):
             raise Unsupported("Sum with broadcast=1 (Caffe2's Sum takes equal shapes)")
@@ -412,30 +435,7 @@ def broadcast_form(op):
     if len(op.inputs) != 2:
         raise ValueError(f"{op.type} takes 2 inputs. Received: {len(op.inputs)} inputs "
                          f"{list(op.inputs)}")
-    if not broadcast and "axis" in op.args:
-        raise Unsupported(f"{op.type} with axis={op.args['axis']!r} but no broadcast=1")
     return "legacy" if broadcast else "numpy"
-
-
-def _aligned(op, form, shape, rank):
-    """``shape`` (the second input's, Caffe2 order) placed among ``rank`` dims: the full
-    shape it broadcasts as, 1 where it has no dimension."""
-    shape = list(shape)
-    if form == "legacy":
-        axis = op.args.get("axis", -1)
-        if axis == -1:  # Caffe2: the trailing dims (1s at either end of B do not count)
-            while shape and shape[-1] == 1:
-                shape.pop()
-            axis = rank - len(shape)
-        elif not isinstance(axis, int) or not 0 <= axis < rank:
-            raise ValueError(f"Argument `axis` must be an int in [0, {rank}) or -1 for "
-                             f"{op.type}'s {rank}-D first input. Received: axis={axis!r}")
-    else:
-        axis = rank - len(shape)
-    if axis < 0 or axis + len(shape) > rank:
-        raise ValueError(f"{op.type}: its second input of shape {tuple(shape)} does not fit "
-                         f"at axis {axis} of a {rank}-D first input")
-    return [1] * axis + shape + [1] * (rank - axis - len(shape))
 
 
 def _param_operand(b, op, blob, x, form):
@@ -443,13 +443,16 @@ def _param_operand(b, op, blob, x, form):
     value = b.params[blob]
     shape = b.caffe2_shape(x)
     rank = len(shape)
-    full = _aligned(op, form, np.shape(value), rank)
-    bad = [k for k in range(1, rank) if full[k] not in (1, shape[k])]
-    if full[0] != 1 or bad or form == "same" and full[1:] != shape[1:]:
+    full, exact = aligned(op, form, np.shape(value), rank)
+    bad = misfit(full, exact, shape)
+    if full[0] != 1 or 0 in exact or bad or form == "same" and full[1:] != shape[1:]:
+        where = (f" (broadcast=1 places it at axis {legacy_axis(op, rank, np.ndim(value))}; "
+                 "its dims from the first to the last that is not 1 must equal the first "
+                 "input's)" if form == "legacy" else "")
         raise ValueError(
             f"parameter '{blob}' of shape {tuple(np.shape(value))} does not broadcast to "
             f"{op.inputs[0]!r} of shape {tuple(['N', *shape[1:]])} (Caffe2 order) without "
-            "changing it or spanning the batch axis")
+            f"changing it or spanning the batch axis{where}")
     channels_first = rank == 4 and b.layout == NCHW
     keras_shape = full[1:]
     if channels_first:
@@ -464,16 +467,26 @@ def _param_operand(b, op, blob, x, form):
 def _data_operand(b, op, x, y, form):
     """``y`` (the second data input) reshaped so that Keras broadcasting matches Caffe2's."""
     rank, other = len(x.shape), len(y.shape)
-    if form == "legacy" and other < rank:
-        full = _aligned(op, form, b.caffe2_shape(y), rank)
+    if form == "legacy":
+        full, exact = aligned(op, form, b.caffe2_shape(y), rank)
         if full[0] is not None:  # y's batch axis would meet a dimension of x
-            raise Unsupported(f"{op.type} with broadcast=1 of a data input at axis "
-                              f"{op.args.get('axis', -1)} (only axis 0 keeps its batch axis)")
+            raise Unsupported(f"{op.type} with broadcast=1 of a second data input placed at "
+                              f"axis {legacy_axis(op, rank, other)} (its first axis, Keras's "
+                              "batch axis, must meet the first input's: axis 0)")
+        bad = misfit(full, exact, b.caffe2_shape(x))
+        if bad:
+            raise ValueError(f"{op.type}: second input of shape "
+                             f"{tuple(['N', *b.caffe2_shape(y)[1:]])} does not match the "
+                             f"first's {tuple(['N', *b.caffe2_shape(x)[1:]])} at axes {bad} "
+                             "(broadcast=1)")
+        if other == rank:
+            return y
         y = b.to_caffe2(y, op.outputs[0])
         y = keras.layers.Reshape(tuple(full[1:]), name=b.name(op.outputs[0] + "_expand"))(y)
         return b.from_caffe2(y, op.outputs[0])
     if other != rank:
-        raise Unsupported(f"{op.type} of data inputs of ranks {rank} and {other}")
+        raise Unsupported(f"{op.type} of data inputs of ranks {rank} and {other} (the "
+                          "second's first axis, Keras's batch axis, would meet another)")
     return y
 
 
@@ -484,16 +497,17 @@ def _elementwise(b, op, *_):
     params = [blob for blob in op.inputs if blob not in b.blobs]
     if not tensors:
         raise Unsupported(f"{op.type} of parameters only (no data input)")
-    if op.type == "Sum":  # data summed, then each parameter added as a trainable weight
+    if op.type == "Sum":
+        if params:  # Caffe2's Sum: equal shapes, the batch axis included
+            raise Unsupported(f"Sum of init-net blob(s) {params} (Caffe2 runs it only at the "
+                              "batch size of the parameter's first axis; Add with "
+                              "broadcast=1 adds a parameter to any batch)")
         xs = [b.blobs[blob] for blob in tensors]
         if any(tuple(x.shape) != tuple(xs[0].shape) for x in xs):
             raise ValueError(f"Sum of differently shaped blobs "
                              f"{[tuple(b.caffe2_shape(x)) for x in xs]} (Caffe2's Sum takes "
                              "equal shapes)")
-        y = xs[0] if len(xs) == 1 else keras.layers.Add(name=name)(xs)
-        for blob in params:
-            y = _param_operand(b, op, blob, y, form)
-        return y
+        return xs[0] if len(xs) == 1 else keras.layers.Add(name=name)(xs)
     first, second = op.inputs
     if params:  # Add/Mul of a data tensor and a parameter
         if first in params and form == "legacy":
@@ -512,7 +526,12 @@ def _flatten(b, op, x):
 
 
 def _reshape(b, op, x):
-    if len(op.inputs) > 1 or op.args.get("shape") is None:
+    if len(op.outputs) != 2:
+        raise ValueError(_two_outputs(op, "old_shape"))
+    if len(op.inputs) > 1:
+        where = "an init-net blob" if op.inputs[1] in b.params else "a blob computed at run time"
+        raise Unsupported(f"Reshape with its shape from input '{op.inputs[1]}' ({where})")
+    if op.args.get("shape") is None:
         raise Unsupported("Reshape without a `shape` argument")
     shape = ints(op.args["shape"])
     name = b.name(op.outputs[0])
@@ -530,8 +549,6 @@ def _reshape(b, op, x):
     else:
         y = Caffe2Reshape(shape, name=name)(x)
     y = b.from_caffe2(y, name)
-    if len(op.outputs) < 2:
-        return y
     old = Caffe2ShapeInfo([d or -1 for d in dims], "int64", batch_index=0,
                           name=b.name(op.outputs[1]))(x)
     return y, old

@@ -77,7 +77,7 @@ def problems(net, params, handled):
                 check(op, params)
             except _ops.Unsupported as err:
                 found.append(Problem(k, op.type, str(err)))
-            except ValueError:
+            except (ValueError, TypeError, OverflowError):
                 pass  # a bad argument: reported with its op when the layers are built
     return found
 

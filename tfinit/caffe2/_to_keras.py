@@ -58,6 +58,8 @@ def _param_slots(op, params=(), written=()):
     if op.type in _ops.ELEMENTWISE:
         slots = {k for k, blob in enumerate(op.inputs) if blob in params and blob not in written}
         return slots - {0} if len(slots) == len(op.inputs) else slots  # one input is data
+    if op.type == "Reshape":  # a shape from the init net is a parameter, not data
+        return {1} if len(op.inputs) > 1 and op.inputs[1] in params else set()
     first = _ops.PARAM_SLOTS.get(op.type)
     return set() if first is None else set(range(first, len(op.inputs)))
 
@@ -166,7 +168,7 @@ def _run_op(b, k, op):
                 b.blobs[blob] = tensor
                 b.writer[blob] = k
                 b.opaque.pop(blob, None)
-    except (ValueError, TypeError) as err:  # Unsupported and bad argument types included
+    except (ValueError, TypeError, OverflowError) as err:  # Unsupported, bad argument types
         raise _op_error(k, op, err) from None
 
 
