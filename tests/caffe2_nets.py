@@ -387,7 +387,8 @@ def huge_fill_init_net(op_type="XavierFill", **args):
 
 def exploding_predict_net(kind):
     """A predict net on a 3x8x8 input (no parameters) whose blobs explode at op #1:
-    ``"conv"`` (pads of 10**6 around the input), ``"pool"`` (a MaxPool with such pads),
+    ``"conv"`` (pads of 10**6 around the input), ``"pool"`` (a MaxPool with such pads and a
+    kernel larger than them, as Caffe2 requires),
     ``"broadcast"`` (a Mul of a (1, 10**6) and a (10**6, 1) data input: 10**12 values)."""
     if kind == "broadcast":
         ops = [Operator("Relu", ("a",), ("a_relu",)),
@@ -397,7 +398,8 @@ def exploding_predict_net(kind):
     params = {"w": np.ones((2, 3, 1, 1), np.float32)}
     big = {"kernel": 1, "pad": 10**6, "order": "NCHW"}
     exploding = (Operator("Conv", ("x", "w"), ("y",), big) if kind == "conv" else
-                 Operator("MaxPool", ("x",), ("y",), {**big, "stride": 10**6}))
+                 Operator("MaxPool", ("x",), ("y",), {**big, "kernel": 10**6 + 1,
+                                                      "stride": 10**6}))
     ops = [Operator("Relu", ("data",), ("x",)), exploding]
     return NetDef(name=kind, ops=ops, external_input=["data", "w"],
                   external_output=["y"]), params if kind == "conv" else {}

@@ -214,9 +214,9 @@ def legacy_axis(op, rank, b_rank):
     if axis == -1:
         axis = rank - b_rank
     if not 0 <= axis <= rank - b_rank:
-        raise ValueError(f"{op.type}'s second input of shape rank {b_rank} does not fit at "
-                         f"axis {axis} of its {rank}-D first input (broadcast=1 needs "
-                         f"0 <= axis <= {rank - b_rank}). Received: {_given_axis(op)}")
+        raise ValueError(f"Argument `axis` must be an int in [0, {rank - b_rank}] or -1 for "
+                         f"{op.type}'s {rank}-D first input and {b_rank}-D second input "
+                         f"(broadcast=1). Received: {_given_axis(op)}")
     return axis
 
 
