@@ -377,9 +377,9 @@ def _split(b, op, x, *rest):
         known = {**b.params, **b.constants}
         if op.inputs[1] not in known:
             raise Unsupported(f"Split sizes from '{op.inputs[1]}', a blob computed at run time")
-        sizes = ints(known[op.inputs[1]])
+        sizes = ints(known[op.inputs[1]], f"sizes input {op.inputs[1]}")
     elif op.args.get("split") is not None:
-        sizes = ints(op.args["split"])
+        sizes = ints(op.args["split"], "split")
     else:
         if total % parts:
             raise ValueError(f"cannot split {total} entries along axis "
@@ -533,7 +533,7 @@ def _reshape(b, op, x):
         raise Unsupported(f"Reshape with its shape from input '{op.inputs[1]}' ({where})")
     if op.args.get("shape") is None:
         raise Unsupported("Reshape without a `shape` argument")
-    shape = ints(op.args["shape"])
+    shape = ints(op.args["shape"], "shape")
     name = b.name(op.outputs[0])
     x = b.to_caffe2(x, name)
     dims = list(x.shape)

@@ -19,7 +19,7 @@ def _strings(op, name):
 
 def _ints(op, name):
     value = op.args.get(name)
-    return [] if value is None else ints(value)
+    return [] if value is None else ints(value, name)
 
 
 def param_slots(op):
