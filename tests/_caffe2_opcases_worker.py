@@ -1,11 +1,13 @@
 """Worker for tests/test_caffe2_opcases.py: converts and runs Caffe2 single-op cases.
 
 Run as a subprocess (``python tests/_caffe2_opcases_worker.py``): it reads one case id a
-line on stdin, converts that case's nets with ``to_keras``, runs the model on the input
-Caffe2 was fed, and writes one JSON line on stdout:
+line on stdin, converts that case's nets with ``to_keras`` (with the case's
+``input_format``, if any), runs the model on the input Caffe2 was fed, and writes one JSON
+line on stdout:
 ``{"id", "status": "computed"|"refused"|"error", "message", "match", "detail"}``.
 A converted net that kills the process (SIGFPE, abort) kills only this worker; the test
-restarts it and blames the case it was running. Data: tests/data/caffe2_opcases/.
+restarts it and blames the case it was running. Data: tests/data/caffe2_opcases/ (single
+ops) and tests/data/caffe2_netcases/ (nets of several ops).
 """
 
 import json
@@ -17,7 +19,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data" / "caffe2_opcases"
+DATA = Path(__file__).resolve().parent / "data"
+SETS = ("caffe2_opcases", "caffe2_netcases")
+# input_format that differs from the net's order: the 4-D arrays' axes as the model takes them
+_TO_MODEL = {"channels_last": (0, 2, 3, 1), "channels_first": (0, 3, 1, 2)}
+_FROM_MODEL = {"channels_last": (0, 3, 1, 2), "channels_first": (0, 2, 3, 1)}
 
 
 def compare(expected, actual):
@@ -49,18 +55,24 @@ def compare(expected, actual):
     return worst <= 1e-5 * scale, f"max error {worst:.3g} (tolerance {1e-5 * scale:.3g})"
 
 
+def _layout(x, case, table):
+    form = case.get("input_format")
+    return np.transpose(x, table[form]) if form and np.ndim(x) == 4 else x
+
+
 def run_case(case, arrays):
     from tfinit.caffe2 import to_keras
 
-    cid = case["id"]
-    inputs = {blob: arrays[f"{cid}/input/{blob}"] for blob in case["data"]}
+    files = case.get("files", case["id"])  # an input_format case reuses a net's arrays
+    inputs = {blob: _layout(arrays[f"{files}/input/{blob}"], case, _TO_MODEL)
+              for blob in case["data"]}
     shapes = {blob: tuple(x.shape[1:]) for blob, x in inputs.items()}
+    written = [blob for blob in case["outputs"] if f"{files}/blob/{blob}" in arrays]
     try:
-        model = to_keras(arrays[f"{cid}/predict_net"].tobytes(),
-                         arrays[f"{cid}/init_net"].tobytes(),
+        model = to_keras(arrays[f"{files}/predict_net"].tobytes(),
+                         arrays[f"{files}/init_net"].tobytes(),
                          shapes if len(shapes) != 1 else next(iter(shapes.values())),
-                         outputs=[blob for blob in case["outputs"]
-                                  if f"{cid}/blob/{blob}" in arrays] or None)
+                         outputs=written or None, input_format=case.get("input_format"))
         results = model(inputs if len(inputs) > 1 else next(iter(inputs.values())))
     except ValueError as err:
         return {"status": "refused", "message": str(err)}
@@ -71,18 +83,21 @@ def run_case(case, arrays):
     if case["caffe2"] != "ok":
         return {"status": "computed", "match": False, "detail": "Caffe2 refused this net"}
     details, ok = [], True
-    written = [blob for blob in case["outputs"] if f"{cid}/blob/{blob}" in arrays]
     for blob, y in zip(written, results):
-        good, detail = compare(arrays[f"{cid}/blob/{blob}"], np.asarray(y))
+        good, detail = compare(arrays[f"{files}/blob/{blob}"],
+                               _layout(np.asarray(y), case, _FROM_MODEL))
         ok &= good
         details.append(f"{blob}: {detail}")
     return {"status": "computed", "match": bool(ok), "detail": "; ".join(details)}
 
 
 def main():
-    cases = {c["id"]: c for c in json.loads((DATA / "cases.json").read_text())["cases"]}
-    arrays = np.load(DATA / "cases.npz")
-    arrays = {k: arrays[k] for k in arrays.files}
+    cases, arrays = {}, {}
+    for name in SETS:
+        cases.update({c["id"]: c for c in json.loads(
+            (DATA / name / "cases.json").read_text())["cases"]})
+        with np.load(DATA / name / "cases.npz") as stored:
+            arrays.update({k: stored[k] for k in stored.files})
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cid = line.strip()

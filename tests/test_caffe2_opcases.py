@@ -1,14 +1,19 @@
-"""Differential test: single-op Caffe2 nets the real Caffe2 ran, against to_keras.
+"""Differential test: Caffe2 nets the real Caffe2 ran, against to_keras.
 
-tests/data/caffe2_opcases/ holds 481 nets (one op each, random over the arguments
+tests/data/caffe2_opcases/ holds 481 nets of one op each (random over the arguments
 docs/caffe2-ops.md says are converted, plus minimal cases of every rule where tfinit and
-Caffe2 were seen to differ), with the inputs Caffe2 was fed and what it wrote, or its
-refusal. Each case must:
+Caffe2 were seen to differ); tests/data/caffe2_netcases/ 39 nets of several ops (a Conv in
+NHWC feeding an FC, Caffe's conv/BN/Scale block in both orders, branches through Concat,
+LRN, ChannelShuffle, Split and Sum, Reshape/Flatten before FCs, random Conv/pool/BN/Scale
+chains) and 5 of them again through the other ``input_format``. Each holds the inputs
+Caffe2 was fed and what it wrote, or its refusal (and, for a net, the op that refused).
+Each case must:
 
 * where Caffe2 ran it: match within ``1e-5 * max(1, max|y_caffe2|)`` per output (the same
   NaN/inf, integers exactly), or be refused with a ValueError naming an op type or argument
   that docs/caffe2-ops.md lists as not converted (``DOCUMENTED_REFUSALS``);
-* where Caffe2 refused it: be refused with a ValueError naming the op.
+* where Caffe2 refused it: be refused with a ValueError naming the op (for a net of several
+  ops: ``op #k Type``, the op Caffe2 refused).
 
 The nets are converted and run in one worker subprocess (tests/_caffe2_opcases_worker.py),
 so that a net crashing the process fails its own case only: the worker is restarted and
@@ -27,8 +32,8 @@ import pytest
 
 from conftest import REPO
 
-DATA = REPO / "tests" / "data" / "caffe2_opcases"
-CASES = {c["id"]: c for c in json.loads((DATA / "cases.json").read_text())["cases"]}
+CASES = {c["id"]: c for name in ("caffe2_opcases", "caffe2_netcases") for c in json.loads(
+    (REPO / "tests" / "data" / name / "cases.json").read_text())["cases"]}
 WORKER = REPO / "tests" / "_caffe2_opcases_worker.py"
 CASE_TIMEOUT_S = 120  # one case (the first includes importing TensorFlow)
 
@@ -164,8 +169,9 @@ def classify(case, result):
         if status == "computed":
             return "Caffe2 refuses, tfinit computes", False, (
                 f"Caffe2 refused it ({case['caffe2_error'][:200]}); the model computed")
-        named = re.search(rf"\b{re.escape(case['op'])}\b", message) is not None
-        return "both refuse", named, message
+        where = (rf"op #{case['failed_index']} {case['op']}\b"
+                 if case.get("failed_index") is not None else rf"\b{re.escape(case['op'])}\b")
+        return "both refuse", re.search(where, message) is not None, message
     if status == "computed":
         if result["match"]:
             return "match", True, result["detail"]
