@@ -191,7 +191,7 @@ def _fc(b, op, x):
     bias_blob, _ = b.param(op, 2)
     name = b.layer_name(op, w_blob)
     rank = len(x.shape)
-    axis = int(op.args.get("axis", 1))
+    axis = int_arg(op, "axis", 1)
     if not -rank < axis < rank or axis % rank == 0:
         raise Unsupported(f"FC with axis={axis} on a {rank}-D blob")
     axis %= rank
@@ -290,7 +290,7 @@ def _pool(b, op, x):
         raise Unsupported(f"{op.type} with dilation {dilation}")
     check_kernel_given(op, kernel)
     _check_pool(op, b.params)
-    check_pool_pads(op, kernel, pads)
+    check_pool_pads(op, kernel, pads)  # so no window lies wholly in the padding
     if legacy_pad(op) != CEIL_MODE:
         check_fits(op, x.shape[1:3], kernel, dilation, pads)
     if legacy_pad(op) == CEIL_MODE:  # Caffe's ceil mode: the tail pads are computed
@@ -315,7 +315,7 @@ def _pool(b, op, x):
 
 def _softmax(b, op, x):
     rank = len(x.shape)
-    axis = int(op.args.get("axis", 1))
+    axis = int_arg(op, "axis", 1)
     if not -rank < axis < rank or axis % rank == 0:
         raise Unsupported(f"Softmax over axis {axis} of a {rank}-D blob (axis 0 is the batch)")
     axis %= rank
@@ -407,7 +407,7 @@ def _lrn(b, op, x):
     b.check_order(op)
     if len(x.shape) != 4:
         raise Unsupported(f"LRN on a {len(x.shape)}-D blob")
-    size = int(op.args.get("size", 0))
+    size = int_arg(op, "size", 0)
     if size <= 0 or size % 2 == 0:
         raise ValueError(f"argument `size` must be a positive odd int. Received: size={size}")
     layer = Caffe2LRN(size, alpha=float(op.args.get("alpha", 0.0)),
