@@ -26,6 +26,7 @@ import queue
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -102,9 +103,11 @@ def _start():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
         TF_CPP_MIN_LOG_LEVEL="3")
+    errors = tempfile.TemporaryFile("w+")  # what a dying worker said, for its message
     proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=errors, text=True, env=env,
+                            cwd=REPO)
+    proc.errors = errors
     lines = queue.Queue()
 
     def pump():
@@ -124,7 +127,10 @@ def _answer(lines, proc):
         return {"status": "crash", "message": f"no answer within {CASE_TIMEOUT_S} s"}
     if line is None:
         proc.wait()
-        return {"status": "crash", "message": f"the worker died (exit {proc.returncode})"}
+        proc.errors.seek(0)
+        said = proc.errors.read()[-600:]
+        return {"status": "crash", "message": f"the worker died (exit {proc.returncode}): "
+                                              f"{said}"}
     return json.loads(line)
 
 
@@ -141,13 +147,20 @@ def run_cases(ids):
         proc.stdin.flush()
         results[cid] = _answer(lines, proc)
         if results[cid]["status"] == "crash":
-            proc.kill()
-            proc.wait()
+            _stop(proc, kill=True)
             proc = None
     if proc is not None:
-        proc.stdin.close()
-        proc.wait()
+        _stop(proc)
     return results
+
+
+def _stop(proc, kill=False):
+    if kill:
+        proc.kill()
+    else:
+        proc.stdin.close()
+    proc.wait()
+    proc.errors.close()
 
 
 def documented(message):
@@ -202,6 +215,7 @@ def _marks(cid):
     return []
 
 
+@pytest.mark.slow  # one worker subprocess runs them all: about 10 s on 2 cores
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("case_id", [pytest.param(cid, id=cid, marks=_marks(cid))
                                      for cid in CASES])
