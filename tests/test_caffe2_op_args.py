@@ -103,3 +103,14 @@ def test_a_non_finite_int_argument_in_a_file_is_a_valueerror_naming_the_op():
                                          r"`kernel` of MaxPool must be an int\. Received: "
                                          r"kernel=inf"):
         to_keras(net.to_bytes(), {}, (1, 4, 4))
+
+
+def test_int_arguments_outside_a_cpp_int_are_refused():
+    """Caffe2 reads int arguments as C++ int: 2**62 (a mutated file) is refused, not passed
+    on to a TensorFlow kernel that fails on it."""
+    with pytest.raises(ValueError, match=r"argument `stride` of MaxPool must be an int in "
+                                         r"\[-2147483648, 2147483647\]"):
+        window(_op({"kernel": 2, "stride": 2**62}))
+    with pytest.raises(ValueError, match=r"argument `strides` must hold ints in"):
+        window(_op({"kernel": 2, "strides": np.array([2**62, 1], np.int64)}))
+    assert ints(np.array([2**40], np.int64), "shape", bits=64) == [2**40]

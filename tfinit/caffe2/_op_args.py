@@ -19,8 +19,9 @@ class Unsupported(ValueError):
     """An op or argument to_keras does not convert (the message completes 'unsupported')."""
 
 
-def ints(value, name="value"):
-    """Any int or int array argument as a flat list of Python ints.
+def ints(value, name="value", bits=32):
+    """Any int or int array argument as a flat list of Python ints (``bits``: the C++
+    int size Caffe2 reads it as: 32, or 64 for Reshape's ``shape``).
 
     Raises:
         ValueError: a float (Caffe2 reads an int argument from the ``i``/``ints`` fields
@@ -30,7 +31,15 @@ def ints(value, name="value"):
     if array.dtype.kind not in "iub":
         raise ValueError(f"argument `{name}` must be an int or a list of ints. Received: "
                          f"{name}={_shown(value)}")
-    return [int(v) for v in array.reshape(-1)]
+    values = [int(v) for v in array.reshape(-1)]
+    low, high = -2**(bits - 1), 2**(bits - 1) - 1
+    if any(not low <= v <= high for v in values):
+        raise ValueError(f"argument `{name}` must hold ints in [{low}, {high}] (Caffe2 reads "
+                         f"it as int{bits}). Received: {name}={_shown(value)}")
+    return values
+
+
+_INT32 = (-2**31, 2**31 - 1)  # Caffe2 reads int arguments as C++ int; larger ones are refused
 
 
 def int_arg(op, name, default):
@@ -41,6 +50,10 @@ def int_arg(op, name, default):
     if not isinstance(value, (int, np.integer)):
         raise ValueError(f"argument `{name}` of {op.type} must be an int. Received: "
                          f"{name}={_shown(value)}")
+    if not _INT32[0] <= value <= _INT32[1]:
+        raise ValueError(f"argument `{name}` of {op.type} must be an int in [{_INT32[0]}, "
+                         f"{_INT32[1]}] (Caffe2 reads it as a C++ int). Received: "
+                         f"{name}={value}")
     return int(value)
 
 

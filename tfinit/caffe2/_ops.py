@@ -533,7 +533,7 @@ def _reshape(b, op, x):
         raise Unsupported(f"Reshape with its shape from input '{op.inputs[1]}' ({where})")
     if op.args.get("shape") is None:
         raise Unsupported("Reshape without a `shape` argument")
-    shape = ints(op.args["shape"], "shape")
+    shape = ints(op.args["shape"], "shape", bits=64)
     name = b.name(op.outputs[0])
     x = b.to_caffe2(x, name)
     dims = list(x.shape)
