@@ -75,6 +75,19 @@ def test_stride_with_dilation_form_subsamples_the_stride_1_output():
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_stride_with_dilation_in_the_onednn_pattern_matches_numpy():
+    """1 channel, strides (1, 3), one output column: the subsampling is not hit by the bug."""
+    x = np.random.default_rng(2).normal(size=(3, 1, 4, 5)).astype(np.float32)
+    w = np.random.default_rng(3).normal(size=(1, 1, 2, 2)).astype(np.float32)
+    predict = NetDef(ops=[Operator("Conv", ("X", "w"), ("Y",),
+                                   {"kernel": 2, "stride_h": 1, "stride_w": 3,
+                                    "dilation": 2})], external_output=["Y"])
+    y = np.asarray(to_keras(predict, {"w": w}, x.shape[1:])(x))
+    expected = _dilated_conv(x, w, (1, 3), (2, 2))
+    assert y.shape == expected.shape == (3, 1, 2, 1)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
 def _dilated_conv(x, w, stride, dilation):
     """Caffe2's Conv (NCHW, OIHW, no bias) on an already padded ``x``, in float64."""
     o, _, kh, kw = w.shape
