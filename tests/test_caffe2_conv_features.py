@@ -1,7 +1,7 @@
 """Issue 31 rows 5, 8 and 10, issue 32 row 7: what the docs promise converts, as Caffe2 computes.
 
 Ground truth: ``tests/data/caffe2_conv_features`` (single ops the real Caffe2 ran, from
-../shared/reference/caffe2/opcases: Conv with stride and dilation, the oneDNN bug pattern,
+the issue's differential cases: Conv with stride and dilation, the oneDNN bug pattern,
 ChannelShuffle on 3-D blobs, Split along the batch axis, the empty ceil-mode pool, Reshape
 to a shape from the init net) and numpy re-computations of Caffe2's rules (caffe2_nets).
 """

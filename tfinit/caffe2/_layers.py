@@ -404,6 +404,8 @@ class Caffe2Broadcast(keras.layers.Layer):
         caffe2_shape: the weight's shape in Caffe2's order (default: ``shape``); as
             many elements.
         channels_first: move a 3-D Caffe2 weight from ``(C, H, W)`` to ``(H, W, C)``.
+        weight_input: no weight of its own: called on ``[x, w]``, ``w`` the output of a
+            :class:`Caffe2Parameter` (a blob several ops read), in Caffe2's shape.
         **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Returns:
@@ -427,10 +429,10 @@ class Caffe2Broadcast(keras.layers.Layer):
     [2.0, 3.0]
     """
 
-    def __init__(self, mode, shape, caffe2_shape=None, channels_first=False, shared=False,
-                 **kwargs):
+    def __init__(self, mode, shape, caffe2_shape=None, channels_first=False,
+                 weight_input=False, **kwargs):
         super().__init__(**kwargs)
-        self.shared = bool(shared)
+        self.weight_input = bool(weight_input)
         if mode not in ("mul", "add"):
             raise ValueError(f"Argument `mode` must be 'mul' or 'add'. Received: mode={mode!r}")
         self.mode = mode
@@ -442,7 +444,7 @@ class Caffe2Broadcast(keras.layers.Layer):
                              f"{self.shape}. Received: caffe2_shape={self.caffe2_shape}")
 
     def build(self, input_shape):
-        if self.shared:  # the weight is a Caffe2Parameter's, given with x at each call
+        if self.weight_input:  # the weight is a Caffe2Parameter's, given with x at each call
             return
         init = "ones" if self.mode == "mul" else "zeros"
         self.weight = self.add_weight(name="weight", shape=self.shape, initializer=init,
@@ -456,7 +458,7 @@ class Caffe2Broadcast(keras.layers.Layer):
         return value
 
     def call(self, x):
-        if self.shared:  # [x, the Caffe2Parameter's tensor (1, *blob shape)]
+        if self.weight_input:  # [x, the Caffe2Parameter's tensor (1, *blob shape)]
             x, weight = x
             weight = keras.ops.reshape(weight, self.caffe2_shape)
             if self.channels_first and len(self.caffe2_shape) == 3:
@@ -467,12 +469,12 @@ class Caffe2Broadcast(keras.layers.Layer):
         return x * weight if self.mode == "mul" else x + weight
 
     def compute_output_shape(self, input_shape):
-        return input_shape[0] if self.shared else input_shape
+        return input_shape[0] if self.weight_input else input_shape
 
     def get_config(self):
         return {**super().get_config(), "mode": self.mode, "shape": self.shape,
                 "caffe2_shape": self.caffe2_shape, "channels_first": self.channels_first,
-                "shared": self.shared}
+                "weight_input": self.weight_input}
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -482,7 +484,7 @@ class Caffe2Parameter(keras.layers.Layer):
     variable (Caffe2 trains one blob; its gradient is the sum of the readers').
 
     ``to_keras`` calls it on any tensor of the model (the input is not used) and gives its
-    output to ``Caffe2Broadcast(..., shared=True)`` layers, one per op reading the blob (a
+    output to ``Caffe2Broadcast(..., weight_input=True)`` layers, one per op reading the blob (a
     Conv's or FC's bias, a Scale layer's Add parameter).
 
     Args:
@@ -498,8 +500,8 @@ class Caffe2Parameter(keras.layers.Layer):
     >>> from tfinit.caffe2 import Caffe2Broadcast, Caffe2Parameter, load_into_keras
     >>> x = keras.Input((2,))
     >>> b = Caffe2Parameter((2,), name="b")(x)
-    >>> y = Caffe2Broadcast("add", (2,), shared=True)([x, b])
-    >>> z = Caffe2Broadcast("mul", (2,), shared=True)([y, b])
+    >>> y = Caffe2Broadcast("add", (2,), weight_input=True)([x, b])
+    >>> z = Caffe2Broadcast("mul", (2,), weight_input=True)([y, b])
     >>> model = keras.Model(x, z)
     >>> load_into_keras(model, {"b": np.array([1.0, 2.0], "float32")}).assigned
     {'b': 'b.weight'}

@@ -4,7 +4,7 @@ Caffe2 trains a blob once, with the sum of the gradients of the ops that read it
 Inception-BN reads each ``conv_*_b`` as the Conv's bias and as its Scale layer's Add
 parameter). :func:`shared_blobs` finds the parameters read by more than one op; such a blob
 becomes one :class:`Caffe2Parameter` whose output every reader adds or multiplies with a
-``Caffe2Broadcast(..., shared=True)``. A shared blob is converted where it is a bias or a
+``Caffe2Broadcast(..., weight_input=True)``. A shared blob is converted where it is a bias or a
 broadcast operand (Conv and FC biases, the parameter of Add, Mul and Sum); read in another
 slot (a kernel, a SpatialBN statistic) by more than one op it is refused, naming the ops.
 """
@@ -69,6 +69,6 @@ def shared_operand(b, mode, blob, x, caffe2_shape, keras_shape, channels_first, 
         raise Unsupported(f"parameter '{blob}' of shape {tuple(np.shape(b.params[blob]))} "
                           f"read as shape {tuple(caffe2_shape)}")
     layer = Caffe2Broadcast(mode, keras_shape, caffe2_shape=caffe2_shape,
-                            channels_first=channels_first, shared=True,
+                            channels_first=channels_first, weight_input=True,
                             name=b.name(f"{base}_{blob}"))
     return layer([x, tensor])
