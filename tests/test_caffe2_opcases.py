@@ -51,7 +51,9 @@ DOCUMENTED_REFUSALS = [
     (r"(Max|Average)Pool with dilation", "| `legacy_pad` 1/2, `count_include_pad=1`, dilation |"),
     (r"Concat with add_axis", "| `add_axis`, the batch axis |"),
     (r"Concat along the batch axis", "| `add_axis`, the batch axis |"),
-    (r"Split along the batch axis or with add_axis", "| sizes computed at run time, `add_axis` |"),
+    (r"Split with add_axis", "sizes along the batch axis, `add_axis` |"),
+    (r"Split along the batch axis \(axis=0\) with sizes",
+     "sizes along the batch axis, `add_axis` |"),
     (r"Flatten with axis other than 1", "| Flatten | Flatten | `axis=1` | other `axis` |"),
     (r"(FC|Softmax) (with axis=0|over axis 0)", "`axis=0`"),
     (r"LRN.*argument `size` must be a positive odd int", "| `size`, `alpha`, `beta`, `bias`, "
@@ -71,33 +73,6 @@ DOCUMENTED_REFUSALS = [
     (r"Sum with broadcast=1", "| Sum | Add | — | different shapes, `broadcast`, an init-net "
      "input |"),
 ]
-
-# Cases that depend on what branch conv-features builds (issue 31 rows 5, 8, 10; SpatialBN
-# momentum): strict xfails until that branch is merged; then this set goes.
-PENDING_OTHER_BRANCH = {
-    "068_Conv_conv_nobias_nchw": "TensorFlow's oneDNN Conv2D bug (issue 31 row 5)",
-    "462_Conv_min_tf_onednn_conv": "TensorFlow's oneDNN Conv2D bug (issue 31 row 5)",
-    "463_Conv_min_tf_onednn_conv_nhwc": "TensorFlow's oneDNN Conv2D bug (issue 31 row 5)",
-    "017_Conv_conv_nhwc_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
-    "044_Conv_conv_stride_dilation_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
-    "045_Conv_conv_stride_dilation_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
-    "046_Conv_conv_stride_dilation_nchw": "Conv with stride and dilation together (issue 31 row 8)",
-    "047_Conv_conv_stride_dilation_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
-    "050_Conv_conv_group_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
-    "051_Conv_conv_group_nchw": "Conv with stride and dilation together (issue 31 row 8)",
-    "054_Conv_conv_group_nchw": "Conv with stride and dilation together (issue 31 row 8)",
-    "073_Conv_conv_kernel_hw_nhwc": "Conv with stride and dilation together (issue 31 row 8)",
-    "086_Conv_conv_engine_nchw": "Conv with stride and dilation together (issue 31 row 8)",
-    "461_Conv_min_stride_dilation": "Conv with stride and dilation together (issue 31 row 8)",
-    "342_ChannelShuffle_channelshuffle_3d_nhwc": "ChannelShuffle on a 3-D blob (issue 31 row 8)",
-    "343_ChannelShuffle_channelshuffle_3d_nchw": "ChannelShuffle on a 3-D blob (issue 31 row 8)",
-    "478_ChannelShuffle_min_channelshuffle_3d": "ChannelShuffle on a 3-D blob (issue 31 row 8)",
-    "188_AveragePool_averagepool_legacy3_small_nhwc": "empty ceil-mode pool output (row 8)",
-    "191_AveragePool_averagepool_kernel_gt_padded_nchw": "empty ceil-mode pool output (row 8)",
-    "480_AveragePool_min_legacy3_kernel_gt_input": "empty ceil-mode pool output (row 8)",
-    "299_Reshape_reshape_from_input": "Reshape, shape from init net (row 8)",
-}
-
 
 def _start():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -209,16 +184,9 @@ def test_documented_refusals_are_in_the_docs():
     assert not missing
 
 
-def _marks(cid):
-    if cid in PENDING_OTHER_BRANCH:
-        return [pytest.mark.xfail(strict=True, reason=PENDING_OTHER_BRANCH[cid])]
-    return []
-
-
 @pytest.mark.slow  # one worker subprocess runs them all: about 10 s on 2 cores
 @pytest.mark.tensorflow_only
-@pytest.mark.parametrize("case_id", [pytest.param(cid, id=cid, marks=_marks(cid))
-                                     for cid in CASES])
+@pytest.mark.parametrize("case_id", list(CASES))
 def test_case_does_what_caffe2_does(case_id, results):
     case = CASES[case_id]
     outcome, passed, explanation = classify(case, results[case_id])

@@ -54,7 +54,9 @@ LAYERS = [
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            ["_layers", "_lstm"],  # Keras layers for Caffe2 ops
+            ["_layers", "_lstm", "_constants"],  # Keras layers for Caffe2 ops
+            ["_shared"],  # one Keras weight for a blob several ops read
+            ["_conv_form"],  # the layers of one Conv
             ["_ops"],
             ["_plan", "_recurrent"],
             ["_keras"],

@@ -10,7 +10,8 @@ Caffe2 names a layer's parameters ``<prefix>_w`` / ``<prefix>_b`` (SpatialBN:
   reordered from Caffe2's C,H,W flatten order to H,W,C;
 * BatchNormalization gamma/beta/moving_mean/moving_variance = ``_s``/``_b``/``_rm``/``_riv``;
 * tfinit's Caffe2LSTM recurrent_kernel = the step FC weight ``[4H, H]`` transposed;
-* tfinit's Caffe2Broadcast weight = the Mul/Add parameter, in the model's layout.
+* tfinit's Caffe2Broadcast weight = the Mul/Add parameter, in the model's layout;
+* tfinit's Caffe2Parameter weight = a blob several ops read, as the init net holds it.
 
 Values are assigned as the float32 arrays they are: a 16-bit variable with an fp32
 master (tfinit's mixed-precision scopes) gets the master set exactly.
@@ -27,7 +28,7 @@ import numpy as np
 
 from tfinit import _fans
 from tfinit.caffe2._fill import load_init_net
-from tfinit.caffe2._layers import Caffe2Broadcast
+from tfinit.caffe2._layers import Caffe2Broadcast, Caffe2Parameter
 from tfinit.caffe2._lstm import Caffe2LSTM
 from tfinit.caffe2._progress import Progress, check_verbose
 
@@ -38,7 +39,7 @@ _SLOTS = (  # (layer classes, ((Keras attribute, Caffe2 suffix), ...))
     ((keras.layers.BatchNormalization,),
      (("gamma", "_s"), ("beta", "_b"), ("moving_mean", "_rm"), ("moving_variance", "_riv"))),
     ((Caffe2LSTM,), (("recurrent_kernel", "_w"), ("bias", "_b"))),
-    ((Caffe2Broadcast,), (("weight", ""),)),
+    ((Caffe2Broadcast, Caffe2Parameter), (("weight", ""),)),
 )
 _FC_WEIGHTS = {keras.layers.Dense: "kernel", Caffe2LSTM: "recurrent_kernel"}
 
@@ -229,12 +230,12 @@ def _blob_names(layer, slots, name_map):
 
 def _convert(layer, attr, value, flattened_from, blob):
     received = f"Received: params['{blob}'] of shape {value.shape}."
-    if isinstance(layer, Caffe2Broadcast):
+    if isinstance(layer, (Caffe2Broadcast, Caffe2Parameter)):
         if value.size != math.prod(layer.shape):
             raise ValueError(
-                f"load_into_keras: Argument `params` must give Caffe2Broadcast layer "
+                f"load_into_keras: Argument `params` must give {type(layer).__name__} layer "
                 f"'{layer.name}' a blob of {math.prod(layer.shape)} values (shape "
-                f"{layer.caffe2_shape}). {received}"
+                f"{getattr(layer, 'caffe2_shape', layer.shape)}). {received}"
             )
         return layer.weight_from_caffe2(value)
     fc_weight = next((a for cls, a in _FC_WEIGHTS.items() if isinstance(layer, cls)), None)

@@ -1,7 +1,8 @@
 """Keras layers for Caffe2 semantics that Keras's built-in layers lack.
 
 Each is registered as ``"tfinit>ClassName"`` (``Caffe2Pooling2D``, ``Caffe2ChannelShuffle``,
-``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``, ``Caffe2Broadcast``):
+``Caffe2Split``, ``Caffe2LRN``, ``Caffe2ShapeInfo``, ``Caffe2Reshape``, ``Caffe2Broadcast``,
+``Caffe2Parameter``):
 a ``.keras`` file using them loads after ``import tfinit.caffe2``. Only ``keras.ops`` is
 used, so they run on any Keras backend. The Caffe2 semantics are in docs/caffe2-ops.md.
 """
@@ -20,7 +21,8 @@ class Caffe2Pooling2D(keras.layers.Layer):
     ignored: max pads with -inf, average divides by the number of real cells
     (Caffe2's default ``count_include_pad=0``). Keras's pooling layers pad only
     symmetrically ("same") and, averaging, count the pads; ``to_keras`` uses this layer
-    when a Caffe2 pool's pads differ from what Keras does.
+    when a Caffe2 pool's pads differ from what Keras does. An output size of 0 (Caffe's
+    ceil mode with a kernel larger than the input) gives an empty tensor, as Caffe2 does.
 
     Args:
         mode: ``"max"`` or ``"average"``.
@@ -60,6 +62,9 @@ class Caffe2Pooling2D(keras.layers.Layer):
         return keras.ops.pad(x, ((0, 0), (t, b), (left, r), (0, 0)), constant_values=value)
 
     def call(self, x):
+        _, out_h, out_w, channels = self.compute_output_shape(x.shape)
+        if out_h == 0 or out_w == 0:  # Caffe's ceil mode on a kernel larger than the input
+            return keras.ops.zeros((keras.ops.shape(x)[0], out_h, out_w, channels), x.dtype)
         if self.mode == "max":
             return keras.ops.max_pool(self._pad(x, float("-inf")), self.pool_size,
                                       self.strides, padding="valid")
@@ -151,11 +156,14 @@ class Caffe2Split(keras.layers.Layer):
 
     Caffe2's ``split`` argument (or its second input, known when the model is built)
     gives ``sizes``; without it Caffe2 splits into equal parts, which ``to_keras`` turns
-    into the sizes.
+    into the sizes, or, along the batch axis (whose size is known only when the model
+    runs), into ``parts``: equal parts, the batch refused at run time unless it divides.
 
     Args:
         sizes: the length of each slice along ``axis``; they add up to its size.
+            ``None`` with ``parts``.
         axis: the axis to split (``-1``: the last).
+        parts: without ``sizes``, the number of equal parts.
         **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Returns:
@@ -170,12 +178,19 @@ class Caffe2Split(keras.layers.Layer):
     [[[0.0], [3.0]], [[1.0, 2.0], [4.0, 5.0]]]
     """
 
-    def __init__(self, sizes, axis=-1, **kwargs):
+    def __init__(self, sizes, axis=-1, parts=None, **kwargs):
         super().__init__(**kwargs)
-        self.sizes, self.axis = _ints(sizes), int(axis)
+        self.sizes, self.axis = None if sizes is None else _ints(sizes), int(axis)
+        self.parts = len(self.sizes) if parts is None and sizes is not None else int(parts)
+        if self.parts <= 0 or sizes is not None and len(self.sizes) != self.parts:
+            raise ValueError(f"Caffe2Split: Argument `parts` must be a positive int (the "
+                             f"number of sizes when `sizes` is given). Received: parts={parts}, "
+                             f"sizes={sizes}")
 
     def call(self, x):
         axis = self.axis % len(x.shape)
+        if self.sizes is None:  # equal parts of a size known at run time (it must divide)
+            return list(keras.ops.split(x, self.parts, axis=axis))
         outputs, start = [], 0
         for size in self.sizes:
             index = [slice(None)] * len(x.shape)
@@ -186,11 +201,16 @@ class Caffe2Split(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         axis = self.axis % len(input_shape)
+        sizes = self.sizes
+        if sizes is None:
+            part = None if input_shape[axis] is None else input_shape[axis] // self.parts
+            sizes = [part] * self.parts
         return [tuple(size if k == axis else d for k, d in enumerate(input_shape))
-                for size in self.sizes]
+                for size in sizes]
 
     def get_config(self):
-        return {**super().get_config(), "sizes": self.sizes, "axis": self.axis}
+        return {**super().get_config(), "sizes": self.sizes, "axis": self.axis,
+                "parts": self.parts}
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -384,6 +404,8 @@ class Caffe2Broadcast(keras.layers.Layer):
         caffe2_shape: the weight's shape in Caffe2's order (default: ``shape``); as
             many elements.
         channels_first: move a 3-D Caffe2 weight from ``(C, H, W)`` to ``(H, W, C)``.
+        weight_input: no weight of its own: called on ``[x, w]``, ``w`` the output of a
+            :class:`Caffe2Parameter` (a blob several ops read), in Caffe2's shape.
         **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Returns:
@@ -407,8 +429,10 @@ class Caffe2Broadcast(keras.layers.Layer):
     [2.0, 3.0]
     """
 
-    def __init__(self, mode, shape, caffe2_shape=None, channels_first=False, **kwargs):
+    def __init__(self, mode, shape, caffe2_shape=None, channels_first=False,
+                 weight_input=False, **kwargs):
         super().__init__(**kwargs)
+        self.weight_input = bool(weight_input)
         if mode not in ("mul", "add"):
             raise ValueError(f"Argument `mode` must be 'mul' or 'add'. Received: mode={mode!r}")
         self.mode = mode
@@ -420,6 +444,8 @@ class Caffe2Broadcast(keras.layers.Layer):
                              f"{self.shape}. Received: caffe2_shape={self.caffe2_shape}")
 
     def build(self, input_shape):
+        if self.weight_input:  # the weight is a Caffe2Parameter's, given with x at each call
+            return
         init = "ones" if self.mode == "mul" else "zeros"
         self.weight = self.add_weight(name="weight", shape=self.shape, initializer=init,
                                       trainable=True)
@@ -432,12 +458,76 @@ class Caffe2Broadcast(keras.layers.Layer):
         return value
 
     def call(self, x):
-        weight = keras.ops.cast(self.weight, x.dtype)
+        if self.weight_input:  # [x, the Caffe2Parameter's tensor (1, *blob shape)]
+            x, weight = x
+            weight = keras.ops.reshape(weight, self.caffe2_shape)
+            if self.channels_first and len(self.caffe2_shape) == 3:
+                weight = keras.ops.transpose(weight, (1, 2, 0))
+        else:
+            weight = self.weight
+        weight = keras.ops.cast(weight, x.dtype)
         return x * weight if self.mode == "mul" else x + weight
 
     def compute_output_shape(self, input_shape):
-        return input_shape
+        return input_shape[0] if self.weight_input else input_shape
 
     def get_config(self):
         return {**super().get_config(), "mode": self.mode, "shape": self.shape,
-                "caffe2_shape": self.caffe2_shape, "channels_first": self.channels_first}
+                "caffe2_shape": self.caffe2_shape, "channels_first": self.channels_first,
+                "weight_input": self.weight_input}
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2Parameter(keras.layers.Layer):
+    """A Caffe2 parameter blob that several ops read: one trainable weight, output as a
+    tensor of shape ``(1, *shape)`` so that every layer reading the blob uses the same
+    variable (Caffe2 trains one blob; its gradient is the sum of the readers').
+
+    ``to_keras`` calls it on any tensor of the model (the input is not used) and gives its
+    output to ``Caffe2Broadcast(..., weight_input=True)`` layers, one per op reading the blob (a
+    Conv's or FC's bias, a Scale layer's Add parameter).
+
+    Args:
+        shape: the blob's shape, as the init net holds it.
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Returns:
+        Called on a tensor: the weight with a leading axis of 1, in that tensor's dtype.
+
+    Example:
+
+    >>> import keras, numpy as np
+    >>> from tfinit.caffe2 import Caffe2Broadcast, Caffe2Parameter, load_into_keras
+    >>> x = keras.Input((2,))
+    >>> b = Caffe2Parameter((2,), name="b")(x)
+    >>> y = Caffe2Broadcast("add", (2,), weight_input=True)([x, b])
+    >>> z = Caffe2Broadcast("mul", (2,), weight_input=True)([y, b])
+    >>> model = keras.Model(x, z)
+    >>> load_into_keras(model, {"b": np.array([1.0, 2.0], "float32")}).assigned
+    {'b': 'b.weight'}
+    >>> model.count_params()  # one weight for the two readers
+    2
+    >>> keras.ops.convert_to_numpy(model(np.ones((1, 2), "float32"))).tolist()  # (1 + b) * b
+    [[2.0, 6.0]]
+    """
+
+    def __init__(self, shape, **kwargs):
+        super().__init__(**kwargs)
+        self.shape = _ints(shape)
+
+    def build(self, input_shape):
+        self.weight = self.add_weight(name="weight", shape=self.shape, initializer="zeros",
+                                      trainable=True)
+
+    def weight_from_caffe2(self, value):
+        """The weight's value from the Caffe2 blob."""
+        return value.reshape(self.shape)
+
+    def call(self, x):
+        return keras.ops.expand_dims(keras.ops.cast(self.weight, x.dtype), 0)
+
+    def compute_output_shape(self, input_shape):
+        return (1, *self.shape)
+
+    def get_config(self):
+        return {**super().get_config(), "shape": self.shape}

@@ -179,15 +179,17 @@ def ceil_mode_pads(size, kernel, stride, head):
 
     The size is ``ceil((size + 2 * head - kernel) / stride) + 1``, one less when the last
     window would start in the padding (``head > 0``); the tail pad given is not used, it
-    becomes ``head + stride * (that size - the floor rule's size)``.
+    becomes ``head + stride * (that size - the floor rule's size)``. A kernel larger than
+    the input gives size 0 (Caffe2's empty output); a negative size is refused.
     """
     span = size + 2 * head - kernel
-    if span < 0:
-        raise ValueError(f"kernel {kernel} is larger than the padded input "
-                         f"({size} + 2 * {head})")
     out = -(-span // stride) + 1
     if head > 0 and (out - 1) * stride >= size + head:
         out -= 1
+    if out < 0:  # 0 is Caffe2's empty output (a kernel larger than the input)
+        raise ValueError(f"kernel {kernel} is larger than the padded input "
+                         f"({size} + 2 * {head}) by more than the stride {stride}: "
+                         f"legacy_pad=3 gives a negative output size {out}")
     if (out - 1) * stride - head >= size:
         raise Unsupported(f"legacy_pad=3 with a last window outside the input (size {size}, "
                           f"kernel {kernel}, stride {stride}, pad {head})")

@@ -13,6 +13,8 @@ import re
 import keras
 import numpy as np
 
+from tfinit.caffe2._constants import reshape_target
+from tfinit.caffe2._conv_form import conv_layers
 from tfinit.caffe2._memory import Limit, blob_bytes
 from tfinit.caffe2._op_args import (
     CEIL_MODE,
@@ -45,6 +47,7 @@ from tfinit.caffe2._layers import (
     Caffe2ShapeInfo,
     Caffe2Split,
 )
+from tfinit.caffe2._shared import shared_operand
 
 TO_NHWC, TO_NCHW = (2, 3, 1), (3, 1, 2)  # Permute dims (batch excluded)
 _NCHW_TO_INTERNAL = {0: 0, 1: 3, 2: 1, 3: 2}
@@ -71,6 +74,8 @@ class Builder:
         self.routes = {}  # Keras layer -> {attribute: blob}
         self.flattened = {}  # Dense layer -> (C, H, W) it reads, or None: no reorder
         self.io_layout = layout  # the layout of the model's 4-D inputs and outputs
+        self.shared = {}  # parameter read by several ops -> their indices (one weight)
+        self.param_tensors = {}  # shared parameter -> its Caffe2Parameter's output
 
     def input_hint(self, received):
         """A hint for an image ``input_shape`` that looks given in the other layout."""
@@ -211,8 +216,11 @@ def _fc(b, op, x):
     if w.shape[1] != x.shape[-1]:
         expected = f"{w.shape[1]} features from axis {axis} on"
         _input_mismatch(b, op, w_blob, expected, x)
-    b.routes[name] = {"kernel": w_blob, "bias": bias_blob}
-    y = keras.layers.Dense(w.shape[0], name=name)(x)
+    shared = bias_blob in b.shared
+    b.routes[name] = {"kernel": w_blob} if shared else {"kernel": w_blob, "bias": bias_blob}
+    y = keras.layers.Dense(w.shape[0], use_bias=not shared, name=name)(x)
+    if shared:
+        y = shared_operand(b, "add", bias_blob, y, (w.shape[0],), (w.shape[0],), False, name)
     return b.from_caffe2(y, name) if axis > 1 else y
 
 
@@ -237,18 +245,9 @@ def _conv(b, op, x):
                          f"of shape {tuple(w.shape)} (kernel {list(w.shape[2:])})")
     check_fits(op, x.shape[1:3], kernel, dilation, pads)
     name = b.layer_name(op, w_blob)
-    if any(pads):
-        b.check_size(op, f"its input '{op.inputs[0]}' padded", padded_shape(x.shape, pads))
-        x = keras.layers.ZeroPadding2D(((pads[0], pads[2]), (pads[1], pads[3])),
-                                       name=b.name(name + "_pad"))(x)
-    layer = keras.layers.Conv2D(
-        w.shape[0], kernel, strides=stride, padding="valid", dilation_rate=dilation,
-        groups=group, use_bias=len(op.inputs) > 2, name=name,
-    )
-    b.routes[name] = {"kernel": w_blob}
-    if len(op.inputs) > 2:
-        b.routes[name]["bias"] = b.param(op, 2)[0]
-    return layer(x)
+    bias = b.param(op, 2)[0] if len(op.inputs) > 2 else None
+    return conv_layers(b, op, x, (w_blob, w.shape[0], bias), name,
+                       (kernel, stride, dilation, pads), group)
 
 
 def _spatial_bn(b, op, x):
@@ -272,7 +271,9 @@ def _spatial_bn(b, op, x):
     name = b.layer_name(op, blobs[0][:-2] + "_w" if blobs[0].endswith("_s") else op.outputs[0])
     b.routes[name] = dict(zip(("gamma", "beta", "moving_mean", "moving_variance"), blobs))
     eps = float(op.args.get("epsilon", 1e-5))
-    return keras.layers.BatchNormalization(axis=axis, epsilon=eps, name=name)(x)
+    momentum = float(op.args.get("momentum", 0.9))  # Caffe2's default; Keras's is 0.99
+    return keras.layers.BatchNormalization(axis=axis, epsilon=eps, momentum=momentum,
+                                           name=name)(x)
 
 
 def _pool(b, op, x):
@@ -294,9 +295,12 @@ def _pool(b, op, x):
     if legacy_pad(op) != CEIL_MODE:
         check_fits(op, x.shape[1:3], kernel, dilation, pads)
     if legacy_pad(op) == CEIL_MODE:  # Caffe's ceil mode: the tail pads are computed
-        tails = [ceil_mode_pads(x.shape[1 + k], kernel[k], stride[k], pads[k])[1]
+        sizes = [ceil_mode_pads(x.shape[1 + k], kernel[k], stride[k], pads[k])
                  for k in range(2)]
-        pads = (pads[0], pads[1], *tails)
+        pads = (pads[0], pads[1], *(tail for _, tail in sizes))
+        if 0 in [out for out, _ in sizes]:  # kernel larger than the input: empty, as Caffe2
+            mode = "max" if maximum else "average"
+            return Caffe2Pooling2D(mode, kernel, stride, pads, name=name)(x)
     cls = keras.layers.MaxPooling2D if maximum else keras.layers.AveragePooling2D
     if not any(pads):
         return cls(kernel, strides=stride, padding="valid", name=name)(x)
@@ -367,9 +371,15 @@ def _two_outputs(op, second):
 
 def _split(b, op, x, *rest):
     axis = b.axis(op, x, b.order_axis(op))
-    if axis == 0 or op.args.get("add_axis", 0):
-        raise Unsupported("Split along the batch axis or with add_axis")
+    if op.args.get("add_axis", 0):
+        raise Unsupported("Split with add_axis")
     total, parts = x.shape[axis], len(op.outputs)
+    if axis == 0:  # the batch: its size is known at run time only
+        if len(op.inputs) > 1 or op.args.get("split") is not None:
+            raise Unsupported("Split along the batch axis (axis=0) with sizes (the batch size "
+                              "is known only at run time; equal parts are converted)")
+        return tuple(Caffe2Split(None, axis=0, parts=parts,
+                                 name=b.name(op.outputs[0] + "_split"))(x))
     if len(op.inputs) > 1:
         if op.args.get("split") is not None:
             raise ValueError("takes the sizes from its second input or the `split` "
@@ -395,12 +405,15 @@ def _split(b, op, x, *rest):
 
 def _channel_shuffle(b, op, x):
     b.check_order(op)
-    if len(x.shape) != 4:
-        raise Unsupported(f"ChannelShuffle on a {len(x.shape)}-D blob")
+    rank = len(x.shape)
+    if rank < 2:
+        raise ValueError(f"ChannelShuffle needs an [N, C, ...] blob; its input is {rank}-D")
+    # 4-D blobs are NHWC inside the model; others keep Caffe2's order (C at 1 for NCHW)
+    axis = -1 if rank == 4 or op_order(op) == NHWC else 1
     group = int(op.args.get("group", 1))
-    if group <= 0 or x.shape[-1] % group:
-        raise ValueError(f"group={group} must divide the {x.shape[-1]} channels")
-    return Caffe2ChannelShuffle(group, axis=-1, name=b.name(op.outputs[0]))(x)
+    if group <= 0 or x.shape[axis] % group:
+        raise ValueError(f"group={group} must divide the {x.shape[axis]} channels")
+    return Caffe2ChannelShuffle(group, axis=axis, name=b.name(op.outputs[0]))(x)
 
 
 def _lrn(b, op, x):
@@ -457,6 +470,9 @@ def _param_operand(b, op, blob, x, form):
     keras_shape = full[1:]
     if channels_first:
         keras_shape = [keras_shape[1], keras_shape[2], keras_shape[0]]
+    if blob in b.shared:  # read by several ops: one weight (_shared)
+        return shared_operand(b, "mul" if op.type == "Mul" else "add", blob, x, full[1:],
+                              keras_shape, channels_first, op.outputs[0])
     name = b.name(blob)
     layer = Caffe2Broadcast("mul" if op.type == "Mul" else "add", keras_shape,
                             caffe2_shape=full[1:], channels_first=channels_first, name=name)
@@ -525,15 +541,10 @@ def _flatten(b, op, x):
     return keras.layers.Flatten(name=name)(b.to_caffe2(x, name))
 
 
-def _reshape(b, op, x):
+def _reshape(b, op, x, *_shape_input):  # a run-time shape input is refused below
     if len(op.outputs) != 2:
         raise ValueError(_two_outputs(op, "old_shape"))
-    if len(op.inputs) > 1:
-        where = "an init-net blob" if op.inputs[1] in b.params else "a blob computed at run time"
-        raise Unsupported(f"Reshape with its shape from input '{op.inputs[1]}' ({where})")
-    if op.args.get("shape") is None:
-        raise Unsupported("Reshape without a `shape` argument")
-    shape = ints(op.args["shape"], "shape", bits=64)
+    shape = reshape_target(b, op)
     name = b.name(op.outputs[0])
     x = b.to_caffe2(x, name)
     dims = list(x.shape)
@@ -590,4 +601,4 @@ STATIC_CHECKS = {
     "Mul": (lambda op, params: broadcast_form(op),),
 }
 # Inputs from this index on are parameters (init-net blobs), not activations.
-PARAM_SLOTS = {"FC": 1, "Conv": 1, "SpatialBN": 1, "Split": 1}
+PARAM_SLOTS = {"FC": 1, "Conv": 1, "SpatialBN": 1, "Split": 1, "Reshape": 1}

@@ -16,6 +16,7 @@ from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
 from tfinit.caffe2._progress import Progress, check_verbose
 from tfinit.caffe2._recurrent import lengths_input, lstm, param_slots
+from tfinit.caffe2._shared import shared_blobs
 
 _HANDLERS = {**_ops.HANDLERS, "RecurrentNetwork": lstm}
 _FORMATS = {"channels_first": _ops.NCHW, "channels_last": _ops.NHWC}
@@ -257,6 +258,7 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0):
         raise ValueError("to_keras: the predict net reads no data input.")
     shapes = _input_shapes(input_shape, data)
     b = _ops.Builder(params, layout, limit)
+    b.shared = shared_blobs(net, params, _param_slots)  # one weight for each (_shared)
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
     b.input_shapes = shapes
