@@ -54,7 +54,7 @@ LAYERS = [
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            ["_layers", "_lstm"],  # Keras layers for Caffe2 ops
+            ["_layers", "_lstm", "_learning_rate"],  # Keras layers for Caffe2 ops; LR
             ["_ops"],
             ["_plan", "_recurrent"],
             ["_keras"],
