@@ -104,9 +104,12 @@ def parse_args(policy, args, prefix=""):
     spec = POLICIES[policy]
     unknown = sorted(set(args) - set(spec))
     if unknown:
+        hint = (" (build_sgd's weight_decay reaches Caffe2's LearningRate op, which ignores "
+                "it; brew's decay is Caffe2MomentumSGD(caffe2_weight_decay=))"
+                if "weight_decay" in unknown else "")
         raise TypeError(f"{WHO}: policy {policy!r} takes no argument "
                         f"{', '.join(prefix + u for u in unknown)}; it takes "
-                        f"{sorted(prefix + s for s in spec) or 'none'}.")
+                        f"{sorted(prefix + s for s in spec) or 'none'}{hint}.")
     return {name: _typed(policy, prefix + name, kind, args.get(name, default))
             for name, (kind, default) in spec.items()}
 
@@ -392,6 +395,12 @@ def learning_rate(policy, base_lr=None, **args):
             raise ValueError(f"{WHO}: the LearningRate operator {policy.name!r} lacks "
                              "`base_lr` or `policy` (Caffe2 refuses it too).")
         base = abs(float(op_args.pop("base_lr")))
+        # Caffe2's op reads its own arguments and ignores the rest (build_sgd passes its
+        # extra keywords, weight_decay among them, to this op).
+        name = _text(op_args["policy"])
+        if name in POLICIES:
+            op_args = {k: v for k, v in op_args.items() if k == "policy" or (
+                k.startswith("sub_policy_") if name == "composite" else k in POLICIES[name])}
         return Caffe2LearningRate(op_args.pop("policy"), base, **op_args)
     if base_lr is None:
         raise TypeError(f"{WHO}: Argument `base_lr` is required with a policy name "
