@@ -63,6 +63,8 @@ LAYERS = [
             ["_cli"],
         ]),
     ],
+    # the model-wide ParameterInfo list (reads the pairs of tfinit.mixed_precision)
+    ["_parameter_infos"],
     # helpers for tf.distribute
     ["distribute"],
     # the package module: the public names of tfinit

@@ -18,25 +18,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-#: short names of the parameters brew tags BIAS (``ParameterTags.BIAS``): Keras's ``bias`` and
-#: BatchNormalization's ``beta``; brew's ``<layer>_b``. Every other trainable variable is a
-#: WEIGHT (kernels, embeddings, BN's ``gamma`` as brew's ``spatial_bn`` scale ``_s``).
-_BIAS_NAMES = ("bias", "beta")
-_COPY_SUFFIXES = ("_fp32", "_fp16", "_bf16")
-
-
-def caffe2_tag(variable):
-    """``"BIAS"`` or ``"WEIGHT"``: brew's tag for the parameter ``variable`` holds, read from
-    its name (a master ``P_fp32`` has ``P``'s)."""
-    name = getattr(variable, "path", None) or getattr(variable, "name", "") or ""
-    name = name[:-2] if name.endswith(":0") else name
-    name = name.rsplit("/", 1)[-1]
-    for suffix in _COPY_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[:-len(suffix)]
-    if name in _BIAS_NAMES or name.endswith(("_b", "_bias", "_beta")):
-        return "BIAS"
-    return "WEIGHT"
+from tfinit.parameter_info import caffe2_tag
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
