@@ -329,7 +329,7 @@ def main(argv=None):
       external_output: prob
     op #0 FC(data[1, 1], fc1_w[16, 10], fc1_b[16]) -> fc1 [order=b'NCHW', ...]
     ...
-    op #5 Softmax(fc3) -> prob [order=b'NCHW', cudnn_exhaustive_search=0]
+    op #5 Softmax(fc3) -> prob [order=b'NCHW', cudnn_exhaustive_search=0] engine=CUDNN
     convertible: yes
     blobs: not an init net of fill ops; shapes come from running the net
     0
