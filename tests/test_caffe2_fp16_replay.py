@@ -34,7 +34,6 @@ def _fit(steps):
     return model, opt
 
 
-@pytest.mark.slow  # fits a model twice (about 2 s on 2 cores)
 @pytest.mark.parametrize("steps", [3, 12])
 def test_fit_replays_caffe2s_multi_precision_sgd_bit_for_bit(steps):
     model, opt = _fit(steps)
