@@ -57,6 +57,11 @@ def test_demo_reports_bytes_per_parameter(short_demo):
     assert results["split"].bytes_per_param == pytest.approx(4.0, abs=0.05)  # copy + remainder
 
 
+def test_demo_writes_no_progress_bar_escapes_into_a_redirected_stdout(short_demo):
+    _, _, printed = short_demo
+    assert "\x1b" not in printed and "\r" not in printed and "\b" not in printed
+
+
 def test_demo_in_float16_has_no_split_run_and_says_why(tmp_path):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

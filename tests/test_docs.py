@@ -132,3 +132,24 @@ def test_error_messages_say_received_not_got():
         found += [f"{path.name}:{t.start[0]}" for t in tokens
                   if t.type == tokenize.STRING and "got " in t.string]
     assert not found, found
+
+
+#: the guides whose ``python`` blocks run, in order, in one namespace (a block starting with
+#: ``# Caffe2`` shows the original Caffe2 code and is not run)
+GUIDES = ["porting.md"]
+
+
+@pytest.mark.slow  # builds and fits small models
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("guide", GUIDES)
+def test_guide_python_blocks_run(guide):
+    import re
+    from pathlib import Path
+
+    text = (Path(tfinit.__file__).parent.parent / "docs" / guide).read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)
+              if not b.startswith("# Caffe2")]
+    assert len(blocks) >= 5, guide
+    namespace = {"__name__": f"docs_{guide}"}
+    for k, block in enumerate(blocks):
+        exec(compile(block, f"docs/{guide} block {k}", "exec"), namespace)  # noqa: S102

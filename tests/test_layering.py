@@ -54,7 +54,7 @@ LAYERS = [
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            ["_layers", "_lstm", "_constants"],  # Keras layers for Caffe2 ops
+            ["_layers", "_lstm", "_constants", "_learning_rate"],  # Keras layers for ops; LR
             ["_shared"],  # one Keras weight for a blob several ops read
             ["_conv_form"],  # the layers of one Conv
             ["_ops"],
@@ -65,6 +65,8 @@ LAYERS = [
             ["_cli"],
         ]),
     ],
+    # the model-wide ParameterInfo list (reads the pairs of tfinit.mixed_precision)
+    ["_parameter_infos"],
     # helpers for tf.distribute
     ["distribute"],
     # the package module: the public names of tfinit

@@ -42,6 +42,7 @@ from tfinit.initializers import (
 # The Caffe2 package registers its init_net reader with tfinit.sources (ExternalInitializer
 # of a .pb file); it needs no TensorFlow.
 from tfinit import caffe2  # noqa: F401
+from tfinit._parameter_infos import parameter_infos
 
 #: the submodules that need TensorFlow
 _TF_SUBMODULES = ("mixed_precision", "distribute")
@@ -57,7 +58,7 @@ __all__ = [
     "GivenTensorFill", "GivenTensorInt16Fill", "GivenTensorInt64Fill", "GivenTensorIntFill",
     "MSRAFill", "RangeFill", "UniformFill", "UniformIntFill", "UniqueUniformFill", "XavierFill",
     "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",
-    "ReversePseudoFP16Initializer", "fill_ops", "get", "update_initializer",
+    "ReversePseudoFP16Initializer", "fill_ops", "get", "parameter_infos", "update_initializer",
 ]
 if _backend.name() == "tensorflow":  # so that `from tfinit import *` works on every backend
     __all__ += list(_TF_SUBMODULES)

@@ -42,6 +42,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: the Keras initializer closest to each fill (what `tfinit ops` and the README table show)
+NEAREST_KERAS = {
+    "XavierFill": 'VarianceScaling(1.0, "fan_in", "uniform") (LeCun uniform, not Glorot)',
+    "MSRAFill": 'VarianceScaling(2.0, "fan_out", "untruncated_normal")',
+    "GaussianFill": "RandomNormal", "UniformFill": "RandomUniform", "ConstantFill": "Constant",
+    "DiagonalFill": "Identity (no wrap)", "GivenTensorFill": "Constant(array)",
+    "GivenTensorDoubleFill": "Constant(array)", "GivenTensorIntFill": "Constant(array)",
+    "GivenTensorInt64Fill": "Constant(array)", "GivenTensorInt16Fill": "Constant(array)",
+    "GivenTensorBoolFill": "Constant(array)",
+}
+
+
 def _ops(args):
     from tfinit import registry
 
@@ -52,6 +64,7 @@ def _ops(args):
         ]
         print(f"{name}({', '.join(params)})")
         print(f"    {cls.formula}")
+        print(f"    nearest Keras initializer: {NEAREST_KERAS.get(name, '-')}")
         doc = (cls.__doc__ or "").strip().splitlines()
         if doc:
             print(f"    {doc[0]}")
@@ -160,7 +173,7 @@ def _convert(args):
 
     return _cli.convert(
         args.init_net, args.predict_net, args.output, args.input_shape, error=UsageError,
-        input_format=args.input_format, check=args.check, rtol=args.rtol,
+        input_format=args.input_format, check=args.check, rtol=args.rtol, atol=args.atol,
         progress=_progress(args), max_bytes=args.max_bytes,
     )
 
@@ -272,6 +285,10 @@ def build_parser():
         "--rtol", type=_positive(float, "--rtol"), default=1e-4,
         help="relative tolerance (default 1e-4)",
     )
+    convert.add_argument(
+        "--atol", type=_positive(float, "--atol"), default=None,
+        help="absolute tolerance (default: max(1e-5, 1e-4 * max|y|) per blob)",
+    )
     _add_long_work_options(convert)
     convert.set_defaults(run=_convert)
 
@@ -312,7 +329,7 @@ def main(argv=None):
       external_output: prob
     op #0 FC(data[1, 1], fc1_w[16, 10], fc1_b[16]) -> fc1 [order=b'NCHW', ...]
     ...
-    op #5 Softmax(fc3) -> prob [order=b'NCHW', cudnn_exhaustive_search=0]
+    op #5 Softmax(fc3) -> prob [order=b'NCHW', cudnn_exhaustive_search=0] engine=CUDNN
     convertible: yes
     blobs: not an init net of fill ops; shapes come from running the net
     0

@@ -19,6 +19,7 @@ the loss curves. It needs the TensorFlow backend and matplotlib (``pip install "
 """
 
 import os
+import sys
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -270,8 +271,10 @@ def run(
     steps = samples // BATCH
     print(f"Fine-tuning the same pretrained MLP {len(setups)} ways ({epochs} epochs of {steps} "
           f"steps, SGD lr={learning_rate}):")
+    # A progress bar on a terminal; redirected, one line at the end (no escape codes).
     progbar = keras.utils.Progbar(
-        total, width=30, stateful_metrics=[f"{n} loss" for n, _ in setups]
+        total, width=30, stateful_metrics=[f"{n} loss" for n, _ in setups],
+        verbose=1 if sys.stdout.isatty() else 2,
     )
     results = [train(name, setup, (x, y), epochs, progbar) for name, setup in setups]
     print()

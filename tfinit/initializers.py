@@ -26,7 +26,7 @@ import numpy as np
 from tfinit import _backend, _fans, _fill_base, _init_net, _split_master, registry
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
-from tfinit.parameter_info import ParameterInfo
+from tfinit.parameter_info import ParameterInfo, check_tags
 from tfinit.random_fills import RandomFill
 from tfinit.sources import open_source
 
@@ -198,15 +198,35 @@ class Initializer(keras.initializers.Initializer):
             )
         return self.fill
 
-    def _fill_for_param(self):
+    def _fill_for_param(self, layout="caffe2"):
+        """The fill ``create_param`` runs, reading shapes in ``layout``."""
         fill = self._require_fill()
-        if isinstance(fill, RandomFill) and self.operator_kwargs.get("seed") is None:
-            # A fresh unseeded operator per parameter, as Caffe2: new values every time.
-            fill = build_fill(self.operator_name, self.operator_kwargs)
+        fresh = isinstance(fill, RandomFill) and self.operator_kwargs.get("seed") is None
+        relayout = getattr(fill, "layout", layout) != layout
+        if fresh or relayout:
+            # A fresh unseeded operator per parameter, as Caffe2: new values every time;
+            # or the same operator reading the shape in the asked layout.
+            kwargs = dict(self.operator_kwargs)
+            if hasattr(fill, "layout"):
+                kwargs["layout"] = layout
+            fill = build_fill(self.operator_name, kwargs)
         return fill
 
-    def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
+    def _param_layout(self, layout):
+        """``create_param``'s layout: the argument, else the operator's, else Caffe2's."""
+        if layout is None:
+            layout = self.operator_kwargs.get("layout", "caffe2")
+        return _fans.check_layout(layout, f"{type(self).__name__}.create_param")
+
+    def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True,
+                     layout=None, tags=None):
         """Create variable ``param_name`` of exactly ``shape``; its ``ParameterInfo``.
+
+        Caffe2's API, so ``shape`` is read as Caffe2's: an FC weight ``[out, in]``, a conv
+        weight OIHW, and XavierFill/MSRAFill/DiagonalFill use Caffe2's fans for it
+        (``layout="caffe2"``). Used as a Keras ``kernel_initializer`` (``__call__``), the
+        same initializer reads Keras's layout (``[in, out]``, HWIO) unless its operator
+        arguments say ``layout=``.
 
         Args:
             param_name: the variable's name (inside any ``tf.name_scope``).
@@ -215,21 +235,39 @@ class Initializer(keras.initializers.Initializer):
                 ``tf.Module`` (or another trackable) or a dict.
             dtype: the variable's dtype (default: the fill's own, then Keras's floatx).
             trainable: whether the variable is trainable.
+            layout: ``"caffe2"`` or ``"keras"``: how ``shape`` is read; default: the
+                operator's ``layout`` argument if given, else ``"caffe2"``.
+            tags: Caffe2's ``ParameterTags`` for the parameter (``"WEIGHT"``, ``"BIAS"``,
+                ``"COMPUTED_PARAM"``, a list of them, or ``None``), kept on the
+                ``ParameterInfo`` as ``tags``.
 
         Returns:
             The :class:`ParameterInfo` of the created variable.
 
         Raises:
             TypeError: a bad ``param_name``/``shape``/``init_net``.
-            ValueError: no operator yet, or a name ``init_net`` already holds.
+            ValueError: no operator yet, a name ``init_net`` already holds, a bad
+                ``layout`` or an unknown tag.
             RuntimeError: the Keras backend is not TensorFlow.
+
+        Example:
+
+        >>> import tfinit
+        >>> info = tfinit.Initializer("XavierFill", seed=3).create_param("fc_w", [10, 20],
+        ...                                                            tags="WEIGHT")
+        >>> bound = (3 / 20) ** 0.5          # Caffe2: fan_in = 200 // 10 (shape [out, in])
+        >>> bool(abs(info.param.numpy()).max() <= bound), info.tags
+        (True, ('WEIGHT',))
         """
         who = type(self).__name__
         param_name = _init_net.check_param_name(param_name, who)
         shape = _init_net.check_shape(shape, who)
         _init_net.check_init_net(init_net, who)
+        layout = self._param_layout(layout)
+        tags = check_tags(tags, who)
         _init_net.check_names_free(init_net, _init_net.scoped(self._variable_names(param_name)))
-        info = self._create(param_name, shape, dtype, trainable)
+        info = self._create(param_name, shape, dtype, trainable, layout)
+        info.tags = tags
         track(init_net, info)
         return info
 
@@ -237,8 +275,8 @@ class Initializer(keras.initializers.Initializer):
         """The names of the variables ``create_param`` makes for ``param_name``."""
         return [param_name]
 
-    def _create(self, name, shape, dtype, trainable):
-        value = self._fill_for_param()(shape, dtype)
+    def _create(self, name, shape, dtype, trainable, layout):
+        value = self._fill_for_param(layout)(shape, dtype)
         tf = _backend.tensorflow(_FEATURE)
         variable = tf.Variable(value, name=name, trainable=trainable)
         return ParameterInfo(variable, shape)
@@ -303,7 +341,7 @@ class _FP16PairInitializer(Initializer):
             )
         return asked
 
-    def _create(self, name, shape, dtype, trainable):
+    def _create(self, name, shape, dtype, trainable, layout):
         dtype = self._check_dtype(dtype)
         if dtype != self.primary_dtype:
             raise ValueError(
@@ -311,7 +349,7 @@ class _FP16PairInitializer(Initializer):
                 f"{self.primary_dtype}, so Argument `dtype` must be None or "
                 f"{self.primary_dtype}. Received: dtype={dtype}."
             )
-        value = self._fill_for_param()(shape, "float32")
+        value = self._fill_for_param(layout)(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
 
     def __call__(self, shape, dtype=None, layout=None):
@@ -419,7 +457,8 @@ class ExternalInitializer:
     def __init__(self, source):
         self.source = open_source(source)
 
-    def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True):
+    def create_param(self, param_name, shape, init_net=None, *, dtype=None, trainable=True,
+                     tags=None):
         """Variable ``param_name`` holding the source's array of that name.
 
         Args:
@@ -428,6 +467,7 @@ class ExternalInitializer:
             init_net: where to track the variable (as ``Initializer.create_param``).
             dtype: when given, the dtype the stored array must have.
             trainable: whether the variable is trainable.
+            tags: Caffe2's ``ParameterTags`` (as ``Initializer.create_param``).
 
         Returns:
             The :class:`ParameterInfo` of the created variable.
@@ -441,6 +481,7 @@ class ExternalInitializer:
         param_name = _init_net.check_param_name(param_name, who)
         shape = _init_net.check_shape(shape, who)
         _init_net.check_init_net(init_net, who)
+        tags = check_tags(tags, who)
         _init_net.check_names_free(init_net, _init_net.scoped([param_name]))
         value = self.source.get(param_name)
         if tuple(value.shape) != shape:
@@ -460,7 +501,7 @@ class ExternalInitializer:
         if isinstance(value, np.ndarray):
             value = _backend.tf_tensor_from_numpy(value)
         variable = tf.Variable(value, name=param_name, trainable=trainable)
-        info = ParameterInfo(variable, shape)
+        info = ParameterInfo(variable, shape, tags=tags)
         track(init_net, info)
         return info
 

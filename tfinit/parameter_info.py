@@ -2,7 +2,8 @@
 
 Caffe2 records a blob name; tfinit records the TensorFlow variable itself. The
 fields Caffe2 code reads are kept: ``param``/``blob``, ``name``, ``shape``, ``size``,
-``length``, ``key``, ``grad``, ``param_id`` and ``blob_copy`` — a dict mapping a
+``length``, ``key``, ``grad``, ``param_id``, ``tags`` (Caffe2's ``ParameterTags``) and
+``blob_copy`` — a dict mapping a
 ``tf.DType`` to the same parameter held in another precision (PseudoFP16:
 ``{tf.float32: P_fp32}``; Reverse: ``{tf.float16: P_fp16}``).
 
@@ -15,6 +16,43 @@ import math
 import keras
 
 from tfinit import _backend
+
+#: Caffe2's ``modeling/parameter_info.py`` ``ParameterTags``
+PARAMETER_TAGS = ("BIAS", "WEIGHT", "COMPUTED_PARAM")
+#: short names of the parameters brew tags BIAS: Keras's ``bias``, BatchNormalization's
+#: ``beta``; brew's ``<layer>_b``
+_BIAS_NAMES = ("bias", "beta")
+_COPY_SUFFIXES = ("_fp32", "_fp16", "_bf16")
+
+
+def check_tags(tags, who):
+    """``tags`` (one tag, a list of them or None) as a tuple of ``PARAMETER_TAGS``."""
+    if tags is None:
+        return ()
+    listed = [tags] if isinstance(tags, str) else tags
+    try:
+        listed = list(listed)
+    except TypeError:
+        listed = [tags]
+    bad = [t for t in listed if t not in PARAMETER_TAGS]
+    if bad:
+        raise ValueError(f"{who}: Argument `tags` must be Caffe2 ParameterTags "
+                         f"{PARAMETER_TAGS} (one or a list). Received: tags={tags!r}.")
+    return tuple(dict.fromkeys(listed))
+
+
+def caffe2_tag(variable):
+    """``"BIAS"`` or ``"WEIGHT"``: brew's tag for the parameter ``variable`` holds, from its
+    name (``bias``, ``beta``, ``*_b`` are BIAS; a master ``P_fp32`` reads as ``P``)."""
+    name = getattr(variable, "path", None) or getattr(variable, "name", "") or ""
+    name = name[:-2] if name.endswith(":0") else name
+    name = name.rsplit("/", 1)[-1]
+    for suffix in _COPY_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+    if name in _BIAS_NAMES or name.endswith(("_b", "_bias", "_beta")):
+        return "BIAS"
+    return "WEIGHT"
 
 
 def variable_name(variable):
@@ -39,9 +77,13 @@ class ParameterInfo:
         param_id: Caffe2's optional parameter id.
         name: defaults to the variable's short name (``"P"`` for ``"P:0"``).
         key, length, grad: Caffe2's optional fields (``length`` at least 1).
+        tags: Caffe2's ``ParameterTags`` (``"WEIGHT"``, ``"BIAS"``, ``"COMPUTED_PARAM"``;
+            one or a list), kept as the tuple ``tags`` (brew's ``model.weights`` /
+            ``model.biases`` read them); default ``()``.
 
     Raises:
         TypeError: ``blob_copy`` is not a dict, or a key is not a dtype.
+        ValueError: an unknown tag.
         RuntimeError: a non-empty ``blob_copy`` on a backend other than TensorFlow.
 
     Example:
@@ -67,6 +109,7 @@ class ParameterInfo:
         key=None,
         length=None,
         grad=None,
+        tags=None,
     ):
         self.param = param
         self.name = name if name is not None else variable_name(param)
@@ -77,6 +120,7 @@ class ParameterInfo:
         self.key = key
         self.length = max(1, length if length is not None else 1)
         self.grad = grad
+        self.tags = check_tags(tags, f"ParameterInfo {self.name!r}")
 
     @property
     def blob(self):

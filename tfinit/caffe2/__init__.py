@@ -3,7 +3,8 @@
 ``read_netdef`` decodes ``init_net.pb`` / ``predict_net.pb``; ``fill`` runs one Caffe2
 fill operator and ``load_init_net`` replays an init net, both on tfinit's fills;
 ``load_into_keras`` assigns Caffe2 parameters to Keras layers (layout converted) and
-``to_keras`` builds a Keras model from a predict net; ``check_forward`` compares it blob by
+``to_keras`` builds a Keras model from a predict net; ``learning_rate`` is Caffe2's
+``LearningRate`` op as a Keras schedule; ``check_forward`` compares it blob by
 blob with what Caffe2 computed. ``DataType`` / ``DATA_TYPES`` name Caffe2's
 ``TensorProto.DataType`` values (a fill's ``dtype``). Every public name documents its
 contract with a doctested example (``tests/test_docs.py``). Importing this package
@@ -29,12 +30,15 @@ from tfinit.caffe2._layers import (
     Caffe2Split,
 )
 from tfinit.caffe2._lstm import Caffe2LSTM
+from tfinit.caffe2._learning_rate import Caffe2LearningRate, learning_rate
+from tfinit.caffe2._learning_rate import policies as learning_rate_policies
 
 __all__ = [
     "BlobCheck",
     "Caffe2Broadcast",
     "Caffe2ChannelShuffle",
     "Caffe2LRN",
+    "Caffe2LearningRate",
     "Caffe2LSTM",
     "Caffe2Parameter",
     "Caffe2Pooling2D",
@@ -51,6 +55,8 @@ __all__ = [
     "converted_ops",
     "Operator",
     "fill",
+    "learning_rate",
+    "learning_rate_policies",
     "load_init_net",
     "load_into_keras",
     "read_netdef",

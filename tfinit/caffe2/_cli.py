@@ -71,8 +71,13 @@ def inspect(path, seed=None, init_net=None, error=ValueError, progress=False, ma
     for k, op in enumerate(net.ops):
         args = ", ".join(f"{name}={_short(value)}" for name, value in op.args.items())
         inputs = [f"{b}{list(params[b].shape)}" if b in params else b for b in op.inputs]
+        seed = getattr(op.device_option, "random_seed", None)
+        inherited = getattr(net.device_option, "random_seed", None)
+        seed_note = (f" random_seed={seed}" if seed is not None else
+                     f" random_seed={inherited} (the net's)" if inherited is not None else "")
+        where = (f" engine={op.engine}" if op.engine else "") + seed_note
         print(f"op #{k} {op.type}({', '.join(inputs)}) -> {', '.join(op.outputs)}"
-              + (f" [{args}]" if args else ""))
+              + (f" [{args}]" if args else "") + where)
     replayable = net.ops and all(op.type in supported_ops() for op in net.ops)
     if not replayable:
         _print_convertible(net, params, init_net is not None)
@@ -132,7 +137,7 @@ def parse_input_shape(values):
 
 
 def convert(init_net, predict_net, output, input_shape, error=ValueError, input_format=None,
-            check=None, rtol=1e-4, progress=False, max_bytes=None):
+            check=None, rtol=1e-4, progress=False, max_bytes=None, atol=None):
     """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras).
 
     ``check``: a forward ``.npz`` (``input/``, ``blob/`` keys): the model is also checked
@@ -162,7 +167,7 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError, input_
                              max_bytes=max_bytes, verbose=int(progress))
         model.save(output)
         report = None if check is None else check_forward(
-            predict_net, params, check, input_format=input_format, rtol=rtol,
+            predict_net, params, check, input_format=input_format, rtol=rtol, atol=atol,
             max_bytes=max_bytes)
     except _USER_ERRORS as err:
         raise error(str(err).splitlines()[0]) from None
