@@ -400,6 +400,14 @@ def test_normalization_adapt_keeps_fp32_statistics_like_keras(tmp_path, mode, dt
     assert abs(float(mean) - 1230.6175) < 0.2
     assert float(mean.astype(P.NP16[dtype])) != float(mean)  # a 16-bit mean would show
     P.assert_bitwise(mp.get_master_weights(norm), want, what="adapted statistics")
+    # Issue 32 row 2: the layer's own variables (what user code and Keras read) hold them
+    # in float32 too, as Keras mixed_* does; they have no 16-bit copy.
+    assert [v.dtype for v in norm.weights] == [v.dtype for v in ref_norm.weights]
+    P.assert_bitwise(norm.get_weights(), want, what="the layer's own statistics")
+    P.assert_bitwise([keras.ops.convert_to_numpy(v) for v in norm.weights], want,
+                     what="the layer's variables read directly")
+    with pytest.raises(ValueError, match="no fp32 master/16-bit copy pair"):
+        mp.parameter_info(norm.weights[0])
     # The same statistics reach the file, in fp32, next to the same head weights.
     with P.keras_policy(f"mixed_{dtype}"):
         ref = _normalization_model(ref_norm)

@@ -4,9 +4,11 @@ It carries the scope's :class:`PairSpec` with the layer, so the rules apply when
 builds the layer (as Keras's own dtype policies do), and it is saved in ``.keras`` configs:
 
 - pseudo_fp16: variables and compute in the 16-bit dtype (the variables get fp32 masters);
-  normalization layers without an explicit dtype switch to ``mixed_<dtype>`` when they build
-  (in both modes), so their weights and moving statistics stay fp32, as Caffe2 kept spatbn in
-  fp32, and their saved configs load that way into a scope of either mode.
+  normalization layers and ``keras.layers.Normalization`` (whose ``adapt`` writes float
+  statistics) without an explicit dtype switch to ``mixed_<dtype>`` when they build (in both
+  modes), so their weights, moving and adapted statistics stay fp32 on the layer's own
+  variables, as Keras mixed_* keeps them and Caffe2 kept spatbn in fp32, and their saved
+  configs load that way into a scope of either mode.
 - reverse: fp32 variables, 16-bit compute, like ``mixed_<dtype>`` (its name; ``Model.compile``
   adds no second loss scaling because ``MasterWeightOptimizer`` is a ``LossScaleOptimizer``).
 - Rebuilding a layer from such a config (``load_model``, ``clone_model``, ``from_config``)
@@ -24,7 +26,10 @@ from tfinit.mixed_precision import _state
 NORMALIZATION_LAYERS = tuple(
     getattr(keras.layers, name)
     for name in ("BatchNormalization", "LayerNormalization", "GroupNormalization",
-                 "RMSNormalization", "UnitNormalization")
+                 "RMSNormalization", "UnitNormalization",
+                 # preprocessing layers whose non-trainable float state a method writes
+                 # (Normalization.adapt's mean and variance): Keras mixed_* keeps it fp32
+                 "Normalization")
     if hasattr(keras.layers, name)
 )
 
