@@ -393,3 +393,32 @@ def is_tracked_container(obj):
     """Whether ``obj`` is a value a ``tf.train.Checkpoint`` tracks (e.g. a wrapped dict)."""
     tf = _tensorflow()
     return isinstance(obj, tf.__internal__.tracking.Trackable)
+
+
+def own_trainable_variables(layer):
+    # Public stand-in: `layer.trainable_weights` also lists the variables of nested layers,
+    # which may follow another dtype policy; Keras keeps a layer's own ones in this list.
+    """The trainable variables ``layer`` itself created (not those of nested layers)."""
+    return list(layer._trainable_variables)
+
+
+def is_initialized(variable):
+    # Public stand-in: none (see uninitialized_variables).
+    """Whether Keras has created ``variable``'s value (not deferred)."""
+    return getattr(variable, "_value", True) is not None
+
+
+def set_variable_dtype(variable, dtype, value):
+    # Public stand-in: none; a Keras variable's dtype is fixed at construction, and on JAX no
+    # creator hook lets tfinit choose it: an fp32 variable a layer built (the exact fp32
+    # initializer value, the master) becomes the 16-bit copy Caffe2's PseudoFP16 computes with.
+    """Give the (non-TensorFlow) Keras ``variable`` the dtype ``dtype`` and value ``value``."""
+    variable._dtype = keras.backend.standardize_dtype(dtype)
+    variable.assign(value)
+
+
+def track_optimizer_variable(optimizer, variable):
+    # Public stand-in: `add_variable` creates a new variable; tfinit hands an optimizer the
+    # masters that exist since the layers were built, so they become its (donated) state.
+    """Make the existing ``variable`` one of ``optimizer.variables``."""
+    optimizer._track_variable(variable)

@@ -19,9 +19,10 @@ builds the layer (as Keras's own dtype policies do), and it is saved in ``.keras
 
 import keras
 
+from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import Mode, PairSpec, pair_spec
-from tfinit.mixed_precision import _state
+from tfinit.mixed_precision import _jax_pairs, _state
 
 NORMALIZATION_LAYERS = tuple(
     getattr(keras.layers, name)
@@ -82,6 +83,13 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
         if isinstance(layer, NORMALIZATION_LAYERS) and layer.dtype_policy is self:
             layer.dtype_policy = keras.dtype_policies.DTypePolicy(
                 f"mixed_{self.spec.compute_dtype}")
+            return "float32"
+        if (_backend.name() != "tensorflow" and layer is not None
+                and layer.dtype_policy is self):
+            # No variable creator on JAX: the layer builds its weights in float32 (the exact
+            # fp32 initializer values, the masters) and they pair up afterwards (_jax_pairs).
+            if not layer.built:
+                _jax_pairs.note_layer(layer, self.spec)
             return "float32"
         return super().variable_dtype
 
