@@ -422,3 +422,29 @@ def track_optimizer_variable(optimizer, variable):
     # masters that exist since the layers were built, so they become its (donated) state.
     """Make the existing ``variable`` one of ``optimizer.variables``."""
     optimizer._track_variable(variable)
+
+
+def layers_with_policy_named(name):
+    # Public stand-in: none. Keras rebuilds a layer from a saved config with its dtype policy's
+    # *name* (Operation.from_config), so a layer rebuilt in a scope on JAX holds a plain
+    # DTypePolicy; its name is the string object tfinit's policy gave, found by identity.
+    """The Keras layers whose dtype policy's name is the object ``name`` (not an equal one)."""
+    referrers = gc.get_referrers(name)  # the policies, or their attribute dicts
+    holders = [r for r in referrers if isinstance(r, dict)]
+    policies = [o for o in referrers + (gc.get_referrers(*holders) if holders else [])
+                if isinstance(o, keras.dtype_policies.DTypePolicy)
+                and getattr(o, "_name", None) is name]
+    if not policies:
+        return []
+    referrers = gc.get_referrers(*policies)
+    dicts = [r for r in referrers if isinstance(r, dict)]
+    candidates = [r for r in referrers if isinstance(r, keras.layers.Layer)]
+    if dicts:
+        candidates += [o for o in gc.get_referrers(*dicts) if isinstance(o, keras.layers.Layer)]
+    found, seen = [], set()
+    for layer in candidates:
+        policy = getattr(layer, "_dtype_policy", None)
+        if id(layer) not in seen and getattr(policy, "_name", None) is name:
+            seen.add(id(layer))
+            found.append(layer)
+    return found

@@ -196,7 +196,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
             return
         finite = self.check_finite(grads)
         for variable, before in zip(written, old):
-            variable.assign(ops.where(finite, variable.value, before))
+            _jax_pairs.raw_assign(variable, ops.where(finite, variable.value, before))
         if self.dynamic:
             scale, counter = self.dynamic_scale.value, self.step_counter.value
             grow = ops.logical_and(finite, ops.equal(counter, GROWTH_STEPS - 1))

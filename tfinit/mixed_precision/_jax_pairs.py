@@ -20,20 +20,17 @@ variables only); ``MasterWeightOptimizer`` makes it part of its own state, so ``
 compiled step updates it and Keras writes it back when it syncs the state.
 """
 
-import weakref
-
 import keras
 import numpy as np
 from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
+from tfinit.mixed_precision import _policy
 from tfinit.parameter_info import ParameterInfo
 
 # The attribute tfinit sets on the Keras variables it pairs (its own name, on its own objects).
 _INFO_ATTRIBUTE = "_tfinit_info"
-#: layers constructed in a scope whose variables are not paired yet: id -> (layer, spec)
-_pending = {}
 
 
 class JaxPair(ParameterInfo):
@@ -72,12 +69,13 @@ class JaxPair(ParameterInfo):
 
     def assign_master(self, value):
         """Set the master to ``value`` (cast to float32) exactly and re-make the copy."""
-        self.master.assign(ops.cast(value, MASTER_DTYPE))
-        self.refresh()
+        master = ops.cast(value, MASTER_DTYPE)
+        raw_assign(self.master, master)
+        raw_assign(self.copy, ops.cast(master, self.copy.dtype))
 
     def refresh(self):
         """copy <- cast(master)."""
-        self.copy.assign(ops.cast(self.master.value, self.copy.dtype))
+        raw_assign(self.copy, ops.cast(self.master.value, self.copy.dtype))
 
     def check_copy_matches_master(self):
         """Refuse a pair whose 16-bit copy was changed without its master.
@@ -97,6 +95,35 @@ class JaxPair(ParameterInfo):
             )
 
 
+def raw_assign(variable, value):
+    """Keras's own assign (the paired variable's assign sets its master)."""
+    keras.Variable.assign(variable, value)
+
+
+class PairedVariable(keras.Variable):
+    """The class of a paired Keras variable: every write reaches the master.
+
+    ``assign`` (``set_weights``, a weights file's load, user code, an optimizer updating a
+    reverse master) sets the fp32 master to the value exactly and re-casts the copy, so
+    ``set_weights(get_weights())`` is lossless and no write leaves a stale copy;
+    ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own.
+    """
+
+    def assign(self, value):
+        pair_of(self).assign_master(value)
+        return value
+
+    def assign_add(self, value):
+        pair = pair_of(self)
+        pair.assign_master(ops.add(pair.master.value, ops.cast(value, MASTER_DTYPE)))
+        return value
+
+    def assign_sub(self, value):
+        pair = pair_of(self)
+        pair.assign_master(ops.subtract(pair.master.value, ops.cast(value, MASTER_DTYPE)))
+        return value
+
+
 def _numpy_dtype(dtype):
     if keras.backend.standardize_dtype(dtype) == "bfloat16":
         import ml_dtypes
@@ -105,27 +132,26 @@ def _numpy_dtype(dtype):
     return np.dtype(keras.backend.standardize_dtype(dtype))
 
 
-def note_layer(layer, spec):
-    """Record that ``layer`` (building in a scope of ``spec``) pairs its variables."""
-    _pending[id(layer)] = (weakref.ref(layer), spec)
-
-
 def pair_pending():
-    """Pair the float32 trainable variables of every noted layer that has built them."""
-    for key, (ref, spec) in list(_pending.items()):
-        layer = ref()
-        if layer is None:
-            del _pending[key]
-            continue
-        variables = internals.own_trainable_variables(layer)
-        if not all(internals.is_initialized(v) for v in variables):
-            continue  # built symbolically; Keras creates the values later
-        for variable in variables:
-            if (pair_of(variable) is None and variable.dtype == MASTER_DTYPE
-                    and internals.autocasts(variable)):
-                _make_pair(variable, spec)
-        if layer.built:
-            del _pending[key]
+    """Pair the float32 trainable weights of every layer built in a scope and not paired yet
+    (a layer whose weights Keras has not created yet waits for a later call)."""
+    for policy in _policy.policies_to_pair():
+        waiting = False
+        for layer in _policy.layers_to_pair(policy):
+            if _policy.use_normalization_policy(layer, policy):
+                continue
+            variables = internals.own_trainable_variables(layer)
+            if not layer.built or not all(internals.is_initialized(v) for v in variables):
+                waiting = True
+                continue
+            for variable in variables:
+                if (pair_of(variable) is None and variable.dtype == MASTER_DTYPE
+                        and internals.autocasts(variable)):
+                    _make_pair(variable, policy.spec)
+                    if policy.spec.is_pseudo:
+                        install_layer_hooks(layer)
+        if not waiting:
+            _policy.done_pairing(policy)
 
 
 def _make_pair(variable, spec):
@@ -141,6 +167,7 @@ def _make_pair(variable, spec):
                                dtype=spec.compute_dtype, trainable=False, name=name)
     pair = JaxPair(variable, other, spec)
     setattr(variable, _INFO_ATTRIBUTE, pair)
+    internals.make_instance_of(variable, PairedVariable)
     return pair
 
 
@@ -248,3 +275,51 @@ def sync_copies(model_or_variables):
     for pair in pairs:
         pair.refresh()
     return len(pairs)
+
+
+# ------------------------------------------------------------------ Keras weight files
+
+
+class _MastersView:
+    """A Keras weights store whose written paired variables become their fp32 masters."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __setitem__(self, key, value):
+        pair = pair_of(value) if isinstance(value, keras.Variable) else None
+        if pair is not None and pair.spec.is_pseudo:
+            pair.check_copy_matches_master()
+            value = pair.master_value()
+        self._store[key] = value
+
+    def __getitem__(self, key):
+        return self._store[key]
+
+    def __contains__(self, key):
+        return key in self._store
+
+    def keys(self):
+        return self._store.keys()
+
+    def __len__(self):
+        return len(self._store.keys())
+
+    def __iter__(self):
+        return iter(self._store.keys())
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def install_layer_hooks(layer):
+    """``.weights.h5`` / ``.keras`` files store ``layer``'s pseudo_fp16 masters (fp32), in the
+    layout TensorFlow's tfinit writes; loading assigns them, which sets the masters."""
+    if internals.has_object_method(layer, "save_own_variables"):
+        return
+    save = layer.save_own_variables
+
+    def save_own_variables(store):
+        return save(_MastersView(store))
+
+    internals.set_object_method(layer, "save_own_variables", save_own_variables)
