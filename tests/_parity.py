@@ -1,7 +1,8 @@
 """Helpers of the Keras parity matrix (tests/test_keras_parity.py).
 
 The oracle: the same workflow under Keras's own ``mixed_<dtype>`` policy on the same Keras
-backend (TensorFlow or JAX), from the same fp32 weights, on the same data. ``twins`` builds both models; ``assert_bitwise`` compares tfinit's
+backend (TensorFlow or JAX), from the same fp32 weights, on the same data. ``twins`` builds
+both models; ``assert_bitwise`` compares tfinit's
 masters with Keras's fp32 weights bit for bit and reports the largest ulp difference.
 """
 
