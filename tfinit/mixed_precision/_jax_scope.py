@@ -5,8 +5,8 @@ the scope's ``PairPolicy`` carries the rules: a layer constructed inside (or reb
 saved config inside) builds its weights in float32 (pseudo_fp16: the exact fp32 initializer
 values; reverse: as Keras ``mixed_*``); its float32 trainable weights pair up
 (``_jax_pairs.pair_pending``) when the ``with`` block exits, or when anything asks for a pair
-(``parameter_info``, the optimizer's build, ...), whichever comes first. A layer built after the block builds inside
-the same scope, as on TensorFlow.
+(``parameter_info``, the optimizer's build, ...), whichever comes first. A layer built after
+the block builds inside the same scope, as on TensorFlow.
 """
 
 import contextlib
