@@ -265,7 +265,7 @@ def sync_copies(model_or_variables):
     >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
     ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     >>> master = mp.parameter_info(model.layers[0].kernel).blob_copy["float32"]
-    >>> master.assign([[0.5], [2.0]])
+    >>> _ = master.assign([[0.5], [2.0]])
     >>> mp.sync_copies(model)                           # kernel and bias
     2
     >>> keras.ops.convert_to_numpy(model.layers[0].kernel).ravel()
