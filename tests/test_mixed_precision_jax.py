@@ -167,6 +167,7 @@ def test_pair_initializers_follow_their_own_scope_on_jax(mp):
             L.Dense(2, kernel_initializer=init).build((None, 3))
 
 
+@pytest.mark.slow
 @jax_only
 @pytest.mark.parametrize("mode, dtype", SPECS)
 def test_files_store_the_masters_and_load_them_exactly(mp, tmp_path, mode, dtype):
