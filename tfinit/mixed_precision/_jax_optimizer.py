@@ -11,11 +11,12 @@ One step (``apply``, in a ``StatelessScope`` under ``fit``)::
     grads32 = [float32(g) / scale for g in grads]     # 16-bit gradients of the copies
     finite = all(isfinite(g) for g in grads)          # only when scaling
     inner.apply(grads32, masters); copies = cast(masters)
-    every variable the step wrote = where(finite, new, old)   # a skipped step changes nothing
     dynamic: finite -> counter += 1 (2000: scale *= 2, counter = 0); else scale /= 2
 
-The ``where`` keeps the arithmetic of the applied step that of Keras's ``LossScaleOptimizer``
-(whose JAX step is an ``ops.cond`` over the same values), so masters match Keras ``mixed_*``.
+A non-finite step changes nothing but the scale: in ``fit``'s compiled step the two cases are
+one ``ops.cond`` over the values, as Keras's ``LossScaleOptimizer`` does on JAX, so the
+applied step compiles alike and masters match Keras ``mixed_*``; an eager ``apply`` undoes a
+non-finite step with an element-wise select.
 """
 
 import math
@@ -163,14 +164,24 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         mapping = list(zip(self._trainable_variables, trainable_variables)) + list(
             zip(self.variables, optimizer_variables))
-        with keras.StatelessScope(state_mapping=mapping) as scope:
-            self.apply(grads)
-        trainable = [scope.get_current_value(v) for v in self._trainable_variables]
-        trainable = [old if new is None else new
-                     for new, old in zip(trainable, trainable_variables)]
-        state = [scope.get_current_value(v) for v in self.variables]
-        state = [old if new is None else new for new, old in zip(state, optimizer_variables)]
-        return trainable, state
+
+        def run(step):
+            with keras.StatelessScope(state_mapping=mapping) as scope:
+                step()
+            trainable = [scope.get_current_value(v) for v in self._trainable_variables]
+            state = [scope.get_current_value(v) for v in self.variables]
+            return ([old if new is None else new
+                     for new, old in zip(trainable, trainable_variables)],
+                    [old if new is None else new
+                     for new, old in zip(state, optimizer_variables)])
+
+        if not self._scales:
+            return run(lambda: self._step(grads, None))
+        # As Keras's LossScaleOptimizer on JAX: one ops.cond over the values, so the applied
+        # step compiles as Keras's does (the same bits).
+        return ops.cond(self.check_finite(grads),
+                        lambda: run(lambda: self._finite_step(grads)),
+                        lambda: run(self._skip_step))
 
     def apply(self, grads, trainable_variables=None):
         if not self.built:
@@ -178,7 +189,36 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                 self.build(trainable_variables)
             self.built = True
         grads = list(grads)
-        scale = ops.cast(self.dynamic_scale.value, MASTER_DTYPE) if self._scales else None
+        if not self._scales:
+            return self._step(grads, None)
+        written = [*self._targets, *self.inner_optimizer.variables, *self._variables,
+                   *(p.copy for p in _jax_pairs.pairs_of(self._trainable_variables))]
+        old = [v.value for v in written]
+        skipped_scale = ops.multiply(self.dynamic_scale.value, 0.5 if self.dynamic else 1.0)
+        self._finite_step(grads)
+        finite = self.check_finite(grads)
+        for variable, before in zip(written, old):
+            _jax_pairs.raw_assign(variable, ops.where(finite, variable.value, before))
+        self.dynamic_scale.assign(ops.where(finite, self.dynamic_scale.value, skipped_scale))
+        counter = self.step_counter.value
+        self.step_counter.assign(ops.where(finite, counter, ops.zeros_like(counter)))
+
+    def _finite_step(self, grads):
+        scale = ops.cast(self.dynamic_scale.value, MASTER_DTYPE)
+        if self.dynamic:
+            counter = self.step_counter.value
+            grow = ops.equal(counter, GROWTH_STEPS - 1)
+            self.dynamic_scale.assign(ops.where(grow, ops.multiply(scale, 2.0), scale))
+            self.step_counter.assign(ops.where(grow, ops.zeros_like(counter), counter + 1))
+        self._step(grads, scale)
+
+    def _skip_step(self):
+        if self.dynamic:
+            self.dynamic_scale.assign(ops.multiply(self.dynamic_scale.value, 0.5))
+            self.step_counter.assign(ops.zeros_like(self.step_counter.value))
+
+    def _step(self, grads, scale):
+        """Unscale in fp32, update the masters with the inner optimizer, re-cast the copies."""
         unscaled = []
         for grad, variable in zip(grads, self._trainable_variables):
             if grad is not None:
@@ -186,26 +226,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                 if scale is not None and not self._overwrite_variable_with_gradient(variable):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
-        written = [*self._targets, *self.inner_optimizer.variables,
-                   *(p.copy for p in _jax_pairs.pairs_of(self._trainable_variables))]
-        old = [v.value for v in written] if self._scales else None
         self.inner_optimizer.apply(unscaled, self._targets)
         for pair in _jax_pairs.pairs_of(self._trainable_variables):
             pair.refresh()
-        if not self._scales:
-            return
-        finite = self.check_finite(grads)
-        for variable, before in zip(written, old):
-            _jax_pairs.raw_assign(variable, ops.where(finite, variable.value, before))
-        if self.dynamic:
-            scale, counter = self.dynamic_scale.value, self.step_counter.value
-            grow = ops.logical_and(finite, ops.equal(counter, GROWTH_STEPS - 1))
-            self.dynamic_scale.assign(ops.where(
-                grow, ops.multiply(scale, 2.0),
-                ops.where(finite, scale, ops.multiply(scale, 0.5))))
-            self.step_counter.assign(ops.where(
-                ops.logical_and(finite, ops.logical_not(grow)), counter + 1,
-                ops.zeros_like(counter)))
 
     def get_config(self):
         config = super().get_config()
