@@ -104,13 +104,19 @@ SCRIPT = textwrap.dedent(
         raise AssertionError(f"{call} should need the TensorFlow backend")
 
     for message in (
-        refusal(lambda: tfinit.mixed_precision),
         refusal(lambda: tfinit.distribute),
         refusal(lambda: tfinit.Initializer("XavierFill").create_param("w", [2, 2])),
         refusal(lambda: tfinit.ExternalInitializer({"w": np.ones(2)}).create_param("w", [2])),
     ):
         assert "needs the TensorFlow backend" in message and "'jax'" in message, message
     assert "tensorflow" not in sys.modules, "a refusal loaded TensorFlow"
+    # tfinit.mixed_precision runs on JAX (docs/mixed-precision-jax.md), without TensorFlow.
+    with tfinit.mixed_precision.scope("pseudo_fp16", compute_dtype="bfloat16"):
+        paired = keras.layers.Dense(2)
+        paired.build((None, 3))
+    assert paired.kernel.dtype == "bfloat16"
+    assert tfinit.mixed_precision.parameter_info(paired.kernel).blob_copy["float32"] is not None
+    assert "tensorflow" not in sys.modules, "tfinit.mixed_precision loaded TensorFlow"
 
     # Serialization: a .keras file keeps the tfinit initializers and their seeded values.
     import tempfile
