@@ -1,7 +1,8 @@
 """Helpers of the Keras parity matrix (tests/test_keras_parity.py).
 
-The oracle: the same workflow under Keras's own ``mixed_<dtype>`` policy, from the same fp32
-weights, on the same data. ``twins`` builds both models; ``assert_bitwise`` compares tfinit's
+The oracle: the same workflow under Keras's own ``mixed_<dtype>`` policy on the same Keras
+backend (TensorFlow or JAX), from the same fp32 weights, on the same data. ``twins`` builds
+both models; ``assert_bitwise`` compares tfinit's
 masters with Keras's fp32 weights bit for bit and reports the largest ulp difference.
 """
 
@@ -10,7 +11,6 @@ import contextlib
 import keras
 import ml_dtypes
 import numpy as np
-import tensorflow as tf
 
 from tfinit import mixed_precision as mp
 
@@ -144,7 +144,7 @@ def master_and_copy(variable):
     """(fp32 master, 16-bit copy) of a paired variable, through the public ParameterInfo."""
     info = mp.parameter_info(variable)
     (other,) = info.blob_copy.values()
-    if np.asarray(other).dtype == np.float32:
+    if np.asarray(keras.ops.convert_to_numpy(other)).dtype == np.float32:
         return other, variable  # pseudo_fp16: the variable is the copy
     return variable, other  # reverse: the variable is the master
 
@@ -158,8 +158,8 @@ def assert_copies_synced(model):
         except ValueError:
             continue
         paired += 1
-        copy = np.asarray(copy)
-        cast = np.asarray(tf.cast(np.asarray(master), copy.dtype))
+        copy = np.asarray(keras.ops.convert_to_numpy(copy))
+        cast = np.asarray(keras.ops.convert_to_numpy(master), np.float32).astype(copy.dtype)
         assert cast.tobytes() == copy.tobytes(), f"{variable.path}: stale 16-bit copy"
     assert paired, "no paired variable in the model"
 
@@ -213,7 +213,12 @@ def fit_twins(ref, model, make_optimizer, x, y, key=None, **kwargs):
 
 
 def custom_loop(model, optimizer, x, y, jit_compile=False):
-    """Keras 3's custom loop: ``scale_loss`` inside the tape, ``apply_gradients`` after."""
+    """Keras 3's custom loop: ``scale_loss`` inside the tape, ``apply_gradients`` after (on
+    JAX: the stateless loop of Keras's JAX guide, ``stateless_apply`` under ``jax.jit``)."""
+    if keras.backend.backend() == "jax":
+        return _jax_custom_loop(model, optimizer, x, y)
+    import tensorflow as tf
+
     variables = model.trainable_variables
 
     @tf.function(jit_compile=jit_compile)
@@ -230,4 +235,39 @@ def custom_loop(model, optimizer, x, y, jit_compile=False):
     for start in range(0, len(x), BATCH):
         losses.append(float(step(tf.constant(x[start:start + BATCH]),
                                  tf.constant(y[start:start + BATCH]))))
+    return losses
+
+
+def _jax_custom_loop(model, optimizer, x, y):
+    import jax
+
+    optimizer.build(model.trainable_variables)
+
+    def loss_fn(trainable, non_trainable, opt_vars, xb, yb):
+        pred, non_trainable = model.stateless_call(trainable, non_trainable, xb, training=True)
+        loss = keras.ops.mean(keras.ops.square(keras.ops.cast(pred, "float32") - yb))
+        with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, opt_vars))):
+            scaled = optimizer.scale_loss(loss)
+        return scaled, (loss, non_trainable)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    @jax.jit
+    def step(state, xb, yb):
+        trainable, non_trainable, opt_vars = state
+        (_, (loss, non_trainable)), grads = grad_fn(trainable, non_trainable, opt_vars, xb, yb)
+        trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
+        return loss, (trainable, non_trainable, opt_vars)
+
+    state = ([v.value for v in model.trainable_variables],
+             [v.value for v in model.non_trainable_variables],
+             [v.value for v in optimizer.variables])
+    losses = []
+    for start in range(0, len(x), BATCH):
+        loss, state = step(state, x[start:start + BATCH], y[start:start + BATCH])
+        losses.append(float(loss))
+    for variables, values in zip((model.trainable_variables, model.non_trainable_variables,
+                                  optimizer.variables), state):
+        for variable, value in zip(variables, values):
+            variable.assign(value)
     return losses

@@ -412,14 +412,35 @@ def test_initializer_as_keras_initializer_and_serialization():
         clone = keras.initializers.deserialize(config)
         assert type(clone) is type(init) and clone.operator_name == init.operator_name
         assert clone.get_config() == init.get_config()
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(clone((5, 6))),
-                                      keras.ops.convert_to_numpy(init((5, 6))))
+        # (the pair initializer draws only inside a mixed-precision scope: compare its fill)
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(clone.fill((5, 6))),
+                                      keras.ops.convert_to_numpy(init.fill((5, 6))))
     assert config["registered_name"] == "tfinit>PseudoFP16Initializer"
 
 
+@pytest.mark.parametrize("make", [PseudoFP16Initializer, ReversePseudoFP16Initializer])
+def test_pair_initializer_as_keras_initializer_refuses_outside_a_scope(make):
+    """Issue 32 row 3: outside a scope a layer would get a plain fp32 variable, no master."""
+    init = make("XavierFill", compute_dtype="bfloat16")
+    with pytest.raises(RuntimeError, match=rf"{make.__name__} used as a Keras initializer "
+                                           r"outside a mixed-precision scope.*Build the model "
+                                           r"inside `with tfinit.mixed_precision.scope\("):
+        keras.layers.Dense(4, kernel_initializer=init).build((None, 3))
+    with pytest.raises(RuntimeError, match="outside a mixed-precision scope"):
+        init((2, 2), "float32")
+
+
+@TENSORFLOW_ONLY
 def test_pseudo_fp16_as_keras_initializer_gives_cast_fp32_draw():
+    from tfinit import mixed_precision as mp
+
     init = PseudoFP16Initializer("GaussianFill", seed=2)
     reference = keras.ops.convert_to_numpy(tfinit.GaussianFill(seed=2)((4, 4), "float32"))
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        _check_cast_draw(init, reference)
+
+
+def _check_cast_draw(init, reference):
     half = keras.ops.convert_to_numpy(init((4, 4)))
     assert half.dtype == np.float16
     np.testing.assert_array_equal(half, reference.astype(np.float16))
@@ -428,6 +449,13 @@ def test_pseudo_fp16_as_keras_initializer_gives_cast_fp32_draw():
         init((2,), "int32")
     with pytest.raises(ValueError, match="refusing non-float dtype bool"):
         init((2,), "bool")
+    assert keras.ops.convert_to_numpy(init((4, 6), "float16", layout=None)).tobytes() == \
+        reference_cast(init, (4, 6))
+
+
+def reference_cast(init, shape):
+    fp32 = keras.ops.convert_to_numpy(init.fill(shape, "float32"))
+    return fp32.astype(np.float16).tobytes()
 
 
 # ---------------------------------------------------------------- ExternalInitializer
@@ -507,13 +535,13 @@ def test_tf_train_checkpoint_as_init_net_and_dict_init_net(tf, tmp_path):
 
 @pytest.mark.parametrize("make", [
     lambda: tfinit.XavierFill(seed=3), lambda: tfinit.ConstantFill(value=0.5),
-    lambda: tfinit.Initializer("MSRAFill", seed=2),
-    lambda: tfinit.PseudoFP16Initializer("GaussianFill", std=0.1, seed=1)])
+    lambda: tfinit.Initializer("MSRAFill", seed=2)])
 def test_initializers_take_keras_distribution_layout(make):
     """Keras 3.15's signature ``__call__(shape, dtype=None, layout=None)``: without a layout the
-    call is the plain one; with a one-device layout the values are the same."""
+    call is the plain one; with a one-device layout the values are the same. (The PseudoFP16
+    initializers draw only inside a scope: test_pseudo_fp16_as_keras_initializer_...)"""
     init = make()
-    dtype = "float16" if isinstance(init, tfinit.PseudoFP16Initializer) else "float32"
+    dtype = "float32"
     plain = keras.ops.convert_to_numpy(make()((4, 6), dtype))
     assert keras.ops.convert_to_numpy(init((4, 6), dtype, layout=None)).tobytes() == \
         plain.tobytes()

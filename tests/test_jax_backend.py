@@ -76,10 +76,13 @@ SCRIPT = textwrap.dedent(
     # The initializer family's Keras classes.
     init = tfinit.Initializer("ConstantFill", value=0.25)
     assert np.asarray(init((2, 2))).tolist() == [[0.25, 0.25], [0.25, 0.25]]
-    half = tfinit.PseudoFP16Initializer("GaussianFill", seed=2)((4, 4))
-    full = tfinit.GaussianFill(seed=2)((4, 4), "float32")
-    assert half.dtype == "float16"
-    assert np.array_equal(np.asarray(half), np.asarray(full).astype(np.float16))
+    pseudo = tfinit.PseudoFP16Initializer("GaussianFill", seed=2)
+    try:
+        pseudo((4, 4))  # as a Keras initializer it needs mixed_precision.scope
+    except RuntimeError as error:
+        assert "outside a mixed-precision scope" in str(error), error
+    else:
+        raise AssertionError("PseudoFP16Initializer drew outside a scope")
     brew = tfinit.update_initializer(None, None, ("XavierFill", {"seed": 4}))
     assert np.asarray(brew((3, 2))).shape == (3, 2)
     info = tfinit.ParameterInfo(layer.kernel, (5, 3))
@@ -101,13 +104,19 @@ SCRIPT = textwrap.dedent(
         raise AssertionError(f"{call} should need the TensorFlow backend")
 
     for message in (
-        refusal(lambda: tfinit.mixed_precision),
         refusal(lambda: tfinit.distribute),
         refusal(lambda: tfinit.Initializer("XavierFill").create_param("w", [2, 2])),
         refusal(lambda: tfinit.ExternalInitializer({"w": np.ones(2)}).create_param("w", [2])),
     ):
         assert "needs the TensorFlow backend" in message and "'jax'" in message, message
     assert "tensorflow" not in sys.modules, "a refusal loaded TensorFlow"
+    # tfinit.mixed_precision runs on JAX (docs/mixed-precision-jax.md), without TensorFlow.
+    with tfinit.mixed_precision.scope("pseudo_fp16", compute_dtype="bfloat16"):
+        paired = keras.layers.Dense(2)
+        paired.build((None, 3))
+    assert paired.kernel.dtype == "bfloat16"
+    assert tfinit.mixed_precision.parameter_info(paired.kernel).blob_copy["float32"] is not None
+    assert "tensorflow" not in sys.modules, "tfinit.mixed_precision loaded TensorFlow"
 
     # Serialization: a .keras file keeps the tfinit initializers and their seeded values.
     import tempfile

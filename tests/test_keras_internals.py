@@ -6,6 +6,7 @@ moved an internal tfinit relies on, and tfinit must follow before that version i
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
@@ -336,3 +337,50 @@ def test_optimizer_base_state_and_build():
     internals.build_optimizer_base(wrapper, variables)
     assert internals.optimizer_built_variables(wrapper) == variables, MOVED
     assert internals.optimizer_strategy(inner) is tf.distribute.get_strategy(), MOVED
+
+
+def test_own_trainable_variables_and_is_initialized():
+    inner = keras.layers.Dense(2)
+    outer = keras.Sequential([keras.Input((3,)), inner])
+    assert internals.own_trainable_variables(inner) == [inner.kernel, inner.bias], MOVED
+    assert internals.own_trainable_variables(outer) == [], MOVED
+    assert internals.is_initialized(inner.kernel), MOVED
+
+
+def test_track_optimizer_variable_makes_an_existing_variable_optimizer_state():
+    opt = keras.optimizers.SGD()
+    opt.build([keras.Variable(np.ones(2, "f4"))])
+    extra = keras.Variable(np.zeros(3, "f4"), name="extra")
+    internals.track_optimizer_variable(opt, extra)
+    assert any(v is extra for v in opt.variables), MOVED
+
+
+def test_layers_with_policy_named_finds_layers_rebuilt_with_a_name_object():
+    class Name(str):
+        pass
+
+    name = Name("mixed_float16")
+    layer = keras.layers.Dense(2, dtype=name)  # as Operation.from_config passes policy.name
+    plain = keras.layers.Dense(2, dtype="mixed_float16")
+    found = internals.layers_with_policy_named(name)
+    assert any(x is layer for x in found) and not any(x is plain for x in found), MOVED
+
+
+@pytest.mark.slow
+def test_set_variable_dtype_on_jax():
+    """Off TensorFlow only (a tf.Variable's dtype is fixed): run on JAX in a subprocess."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import keras, numpy as np\n"
+              "from tfinit import _keras_internals as internals\n"
+              "v = keras.Variable(np.array([1.0, 2.5], 'f4'))\n"
+              "internals.set_variable_dtype(v, 'float16', np.array([1.0, 2.5], 'f2'))\n"
+              "assert v.dtype == 'float16' and np.asarray(v.value).dtype == np.float16\n"
+              "v.assign(np.array([3.0, 4.0], 'f4'))\n"
+              "assert np.asarray(v.value).dtype == np.float16\n")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"

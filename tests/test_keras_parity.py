@@ -14,9 +14,12 @@ dynamic ``LossScaleOptimizer`` (2**15, doubled after 2000 finite steps), as
 ``MasterWeightOptimizer`` defaults to no loss scaling (issue 22's contract). Each side gets a
 fresh inner optimizer of the same config.
 
-Each test runs in both modes and both compute dtypes, with small models and 2-4 steps.
+Each test runs in both modes and both compute dtypes, with small models and 2-4 steps, on
+the Keras backend in use: CI's JAX pass runs the tests not marked ``tensorflow_only`` against
+Keras ``mixed_*`` on JAX (TensorFlow blocked).
 """
 
+import os
 import zipfile
 
 import _parity as P
@@ -24,17 +27,78 @@ import h5py
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tfinit import mixed_precision as mp
 
-pytestmark = pytest.mark.tensorflow_only
+#: what runs on TensorFlow only so far (docs/mixed-precision-jax.md says why)
+TENSORFLOW_ONLY = pytest.mark.tensorflow_only
 #: the fast loop's one parity case (conftest marks the rest ``slow``: about 8 minutes)
 FAST_CASES = {"test_layer_family_fit_masters_equal_keras_mixed[pseudo_fp16-float16-dense]"}
 
 SPECS = P.SPECS
 SPEC_IDS = [f"{mode}-{dtype}" for mode, dtype in SPECS]
 spec_matrix = pytest.mark.parametrize("mode, dtype", SPECS, ids=SPEC_IDS)
+
+
+#: the parity cases that do not hold on Keras's JAX backend yet (docs/mixed-precision-jax.md)
+#: test name -> (why, the parameter ids concerned); run on TensorFlow, skipped on JAX with it
+JAX_GAPS = {
+    'test_constraints_hold_for_masters_after_each_update_like_keras': (
+        'constraints are applied to the 16-bit copy, not the master, on JAX',
+        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
+    'test_custom_loop_with_a_plain_optimizer_trains_correctly_or_refuses': (
+        'a plain optimizer reaching paired variables is not refused on JAX (no variable '
+        'hooks)',
+        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
+    'test_float8_training_variables_have_no_master_and_train_like_keras': (
+        'float8 quantized training variables are paired on JAX',
+        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16', 'reverse-bfloat16', 'reverse-float16']),
+    'test_l2_penalty_is_keras_mixed_fp32_penalty_and_trains_alike': (
+        'regularizer penalties read the 16-bit copy on JAX, not the master',
+        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
+    'test_layer_family_fit_masters_equal_keras_mixed': (
+        'differs from Keras mixed_* on JAX (not diagnosed yet)',
+        ['pseudo_fp16-float16-attention', 'reverse-float16-attention']),
+    'test_lora_weights_stay_float32_and_train_like_keras': (
+        'LoRA weights added to a built layer are paired on JAX',
+        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16', 'reverse-bfloat16', 'reverse-float16']),
+    'test_optimizer_fit_masters_equal_keras_mixed': (
+        'Nadam with float16 loss scaling differs from Keras mixed_float16 (not diagnosed '
+        'yet); MultiOptimizer routing and weight-decay exclusions by path do not see the '
+        'pseudo_fp16 masters (separate variables, own paths)',
+        ['pseudo_fp16-bfloat16-exclude_from_weight_decay',
+         'pseudo_fp16-bfloat16-multi_optimizer',
+         'pseudo_fp16-float16-exclude_from_weight_decay', 'pseudo_fp16-float16-multi_optimizer',
+         'pseudo_fp16-float16-nadam', 'reverse-float16-nadam']),
+    'test_recurrent_layers_train_like_keras_mixed': (
+        'recurrent layers differ from Keras mixed_* on JAX (not diagnosed yet)',
+        ['pseudo_fp16-bfloat16-bidirectional_lstm-fit',
+         'pseudo_fp16-bfloat16-bidirectional_lstm-jit_compile',
+         'pseudo_fp16-bfloat16-bidirectional_lstm-tf_function', 'pseudo_fp16-bfloat16-lstm-fit',
+         'pseudo_fp16-bfloat16-lstm-jit_compile', 'pseudo_fp16-bfloat16-lstm-tf_function',
+         'pseudo_fp16-bfloat16-simple_rnn-fit', 'pseudo_fp16-bfloat16-simple_rnn-jit_compile',
+         'pseudo_fp16-bfloat16-simple_rnn-tf_function',
+         'pseudo_fp16-float16-bidirectional_lstm-fit',
+         'pseudo_fp16-float16-bidirectional_lstm-jit_compile',
+         'pseudo_fp16-float16-bidirectional_lstm-tf_function', 'pseudo_fp16-float16-lstm-fit',
+         'pseudo_fp16-float16-lstm-jit_compile', 'pseudo_fp16-float16-lstm-tf_function',
+         'pseudo_fp16-float16-simple_rnn-fit', 'pseudo_fp16-float16-simple_rnn-jit_compile',
+         'pseudo_fp16-float16-simple_rnn-tf_function']),
+    'test_three_save_load_generations_keep_masters_and_policy': (
+        'save/load chains across scopes of other modes are not supported on JAX yet',
+        ['pseudo16>rev_bf16>pseudo_bf16>rev16', 'rev16>pseudo_bf16>rev_bf16>pseudo16']),
+}
+
+
+@pytest.fixture(autouse=True)
+def _jax_gaps(request):
+    """On JAX, a case listed in JAX_GAPS is skipped with its reason (it runs on TensorFlow)."""
+    if keras.backend.backend() != "jax" or os.environ.get("TFINIT_RUN_JAX_GAPS") == "1":
+        return  # (TFINIT_RUN_JAX_GAPS=1: run them, to work on a gap)
+    name, _, param = request.node.name.partition("[")
+    why, cases = JAX_GAPS.get(name, ("", ()))
+    if param.rstrip("]") in cases:
+        pytest.skip(f"not yet on JAX: {why}")
 
 
 @pytest.fixture(autouse=True)
@@ -400,6 +464,14 @@ def test_normalization_adapt_keeps_fp32_statistics_like_keras(tmp_path, mode, dt
     assert abs(float(mean) - 1230.6175) < 0.2
     assert float(mean.astype(P.NP16[dtype])) != float(mean)  # a 16-bit mean would show
     P.assert_bitwise(mp.get_master_weights(norm), want, what="adapted statistics")
+    # Issue 32 row 2: the layer's own variables (what user code and Keras read) hold them
+    # in float32 too, as Keras mixed_* does; they have no 16-bit copy.
+    assert [v.dtype for v in norm.weights] == [v.dtype for v in ref_norm.weights]
+    P.assert_bitwise(norm.get_weights(), want, what="the layer's own statistics")
+    P.assert_bitwise([keras.ops.convert_to_numpy(v) for v in norm.weights], want,
+                     what="the layer's variables read directly")
+    with pytest.raises(ValueError, match="no fp32 master/16-bit copy pair"):
+        mp.parameter_info(norm.weights[0])
     # The same statistics reach the file, in fp32, next to the same head weights.
     with P.keras_policy(f"mixed_{dtype}"):
         ref = _normalization_model(ref_norm)
@@ -558,6 +630,8 @@ class GuideModel(keras.Model):
     """``train_step`` as Keras's "Customizing what happens in fit()" guide writes it (TF)."""
 
     def train_step(self, data):
+        import tensorflow as tf
+
         x, y = data
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
@@ -579,6 +653,7 @@ def _guide_model():
     return GuideModel(inputs, L.Dense(2)(h))
 
 
+@TENSORFLOW_ONLY  # the guide's step is TensorFlow's (GradientTape)
 @pytest.mark.parametrize("mode", P.MODES)
 def test_bfloat16_guide_train_step_equals_keras_mixed_bfloat16(mode):
     """Issue 22 row 6: no ``scale_loss`` in the step, so MasterWeightOptimizer's bfloat16
@@ -590,7 +665,7 @@ def test_bfloat16_guide_train_step_equals_keras_mixed_bfloat16(mode):
     before = ref.get_weights()
     have, want = P.fit_twins(ref, model, lambda m: OPT.SGD(0.1), x, y)
     assert type(ref.optimizer) is OPT.SGD  # Keras mixed_bfloat16 does not wrap
-    assert float(model.optimizer.scale_loss(tf.constant(1.0))) == 1.0
+    assert float(model.optimizer.scale_loss(keras.ops.convert_to_tensor(1.0))) == 1.0
     P.assert_close(have, want, before, "bfloat16", P.names(ref))  # the gist on failure
     P.assert_bitwise(have, want, P.names(ref))
 

@@ -49,8 +49,10 @@ LAYERS = [
         package("mixed_precision", [
             ["_caffe2_sgd", "_pairs", "_state"],  # the active scopes; the pair records
             ["_checkpoint", "_policy", "_replicas", "_variable"],
-            ["_optimizer", "_weights"],
-            ["_callbacks", "_creator"],
+            # JAX: the pair records made from built layers (no variable creator there)
+            ["_optimizer", "_weights", "_jax_pairs"],
+            ["_callbacks", "_creator", "_jax_optimizer", "_jax_weights"],
+            ["_jax_scope"],
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [

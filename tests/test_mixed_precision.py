@@ -50,6 +50,35 @@ def test_pseudo_fp16_dense_sees_16bit_copy_with_fp32_master():
     assert y.dtype == tf.float16
 
 
+@pytest.mark.parametrize("mode, dtype", MODES)
+def test_pair_initializers_as_keras_initializers_follow_their_own_scope(mode, dtype):
+    """Issue 32 row 3: a PseudoFP16 initializer pairs a layer's weight in a scope of its own
+    mode and dtype (master = the fill's fp32 draw, copy its cast); a scope of another mode
+    or dtype is refused, naming both, never silently overriding the initializer."""
+    import tfinit
+
+    make = tfinit.PseudoFP16Initializer if mode == "pseudo_fp16" else \
+        tfinit.ReversePseudoFP16Initializer
+    with mp.scope(mode, compute_dtype=dtype):
+        layer = keras.layers.Dense(3, kernel_initializer=make("GaussianFill", seed=4,
+                                                              compute_dtype=dtype))
+        layer.build((None, 2))
+    want = keras.ops.convert_to_numpy(tfinit.GaussianFill(seed=4)((2, 3), "float32"))
+    assert master(layer.kernel).numpy().tobytes() == want.tobytes()
+    assert copy(layer.kernel).numpy().tobytes() == \
+        tf.cast(want, dtype).numpy().tobytes()
+    other_dtype = "bfloat16" if dtype == "float16" else "float16"
+    other_mode = "reverse" if mode == "pseudo_fp16" else "pseudo_fp16"
+    for scope_mode, scope_dtype in ((mode, other_dtype), (other_mode, dtype)):
+        init = make("XavierFill", compute_dtype=dtype)
+        with mp.scope(scope_mode, compute_dtype=scope_dtype):
+            with pytest.raises(ValueError, match=(
+                    rf"{make.__name__}\(compute_dtype='{dtype}'\) is a {mode} {dtype} "
+                    rf"initializer, but it is used inside tfinit.mixed_precision.scope\("
+                    rf"'{scope_mode}', compute_dtype='{scope_dtype}'\)")):
+                keras.layers.Dense(3, kernel_initializer=init).build((None, 2))
+
+
 def test_initializer_that_only_fills_16bit_falls_back_to_the_16bit_value():
     def only_half(shape, dtype=None):
         if dtype != "float16":

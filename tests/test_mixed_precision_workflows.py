@@ -284,22 +284,30 @@ def test_model_built_by_its_first_call_after_the_scope_gets_fp32_filled_masters(
 
 
 @pytest.mark.slow  # a subprocess
-def test_scope_on_jax_backend_refuses_naming_tensorflow():
+def test_scope_on_jax_backend_pairs_without_tensorflow():
+    """On JAX, TensorFlow blocked, the scope pairs (tests/test_mixed_precision_jax.py has the
+    rest)."""
     code = textwrap.dedent("""
-        import tfinit
-        try:
-            from tfinit import mixed_precision as mp
-            with mp.scope():
-                pass
-        except RuntimeError as err:
-            print("REFUSED:", err)
+        import sys
+        sys.path.insert(0, "tests")
+        import _no_tensorflow
+        _no_tensorflow.install()
+        import keras
+        from tfinit import mixed_precision as mp
+        with mp.scope("reverse", compute_dtype="float16"):
+            dense = keras.layers.Dense(2)
+            dense.build((None, 3))
+        info = mp.parameter_info(dense.kernel)
+        print("PAIRED:", dense.kernel.dtype, info.blob_copy["float16"].dtype)
     """)
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(),
+                                                         os.environ.get("PYTHONPATH")])))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(
+                             os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "REFUSED:" in out.stdout and "TensorFlow backend" in out.stdout
-    assert "'jax'" in out.stdout
+    assert "PAIRED: float32 float16" in out.stdout
 
 
 # ----------------------------------------------------------------- 7. across dtypes

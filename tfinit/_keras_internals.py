@@ -393,3 +393,58 @@ def is_tracked_container(obj):
     """Whether ``obj`` is a value a ``tf.train.Checkpoint`` tracks (e.g. a wrapped dict)."""
     tf = _tensorflow()
     return isinstance(obj, tf.__internal__.tracking.Trackable)
+
+
+def own_trainable_variables(layer):
+    # Public stand-in: `layer.trainable_weights` also lists the variables of nested layers,
+    # which may follow another dtype policy; Keras keeps a layer's own ones in this list.
+    """The trainable variables ``layer`` itself created (not those of nested layers)."""
+    return list(layer._trainable_variables)
+
+
+def is_initialized(variable):
+    # Public stand-in: none (see uninitialized_variables).
+    """Whether Keras has created ``variable``'s value (not deferred)."""
+    return getattr(variable, "_value", True) is not None
+
+
+def set_variable_dtype(variable, dtype, value):
+    # Public stand-in: none; a Keras variable's dtype is fixed at construction, and on JAX no
+    # creator hook lets tfinit choose it: an fp32 variable a layer built (the exact fp32
+    # initializer value, the master) becomes the 16-bit copy Caffe2's PseudoFP16 computes with.
+    """Give the (non-TensorFlow) Keras ``variable`` the dtype ``dtype`` and value ``value``."""
+    variable._dtype = keras.backend.standardize_dtype(dtype)
+    variable.assign(value)
+
+
+def track_optimizer_variable(optimizer, variable):
+    # Public stand-in: `add_variable` creates a new variable; tfinit hands an optimizer the
+    # masters that exist since the layers were built, so they become its (donated) state.
+    """Make the existing ``variable`` one of ``optimizer.variables``."""
+    optimizer._track_variable(variable)
+
+
+def layers_with_policy_named(name):
+    # Public stand-in: none. Keras rebuilds a layer from a saved config with its dtype policy's
+    # *name* (Operation.from_config), so a layer rebuilt in a scope on JAX holds a plain
+    # DTypePolicy; its name is the string object tfinit's policy gave, found by identity.
+    """The Keras layers whose dtype policy's name is the object ``name`` (not an equal one)."""
+    referrers = gc.get_referrers(name)  # the policies, or their attribute dicts
+    holders = [r for r in referrers if isinstance(r, dict)]
+    policies = [o for o in referrers + (gc.get_referrers(*holders) if holders else [])
+                if isinstance(o, keras.dtype_policies.DTypePolicy)
+                and getattr(o, "_name", None) is name]
+    if not policies:
+        return []
+    referrers = gc.get_referrers(*policies)
+    dicts = [r for r in referrers if isinstance(r, dict)]
+    candidates = [r for r in referrers if isinstance(r, keras.layers.Layer)]
+    if dicts:
+        candidates += [o for o in gc.get_referrers(*dicts) if isinstance(o, keras.layers.Layer)]
+    found, seen = [], set()
+    for layer in candidates:
+        policy = getattr(layer, "_dtype_policy", None)
+        if id(layer) not in seen and getattr(policy, "_name", None) is name:
+            seen.add(id(layer))
+            found.append(layer)
+    return found

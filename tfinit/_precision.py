@@ -14,6 +14,10 @@ A pair keeps its fp32 master in one of two ways (:class:`Master`):
   is the master's top half (rounded to nearest even) and an int16 *remainder* variable holds
   the rest, so the master is rebuilt exactly from the two (``tfinit._split_master``).
 
+The stack of entered mixed-precision scopes lives here too (:func:`scope_stack`), so that code
+below ``tfinit.mixed_precision`` (the PseudoFP16 initializers) can ask which scope is active
+(:func:`active_spec`) without importing it.
+
 Dtypes are dtype *names* here (``"float16"``, ``"bfloat16"``, ``"float32"``), so this module
 runs on every Keras backend. Strings, ``tf.DType``, numpy dtypes and ``ml_dtypes.bfloat16``
 are all accepted by :func:`parse_compute_dtype`.
@@ -21,6 +25,7 @@ are all accepted by :func:`parse_compute_dtype`.
 
 import dataclasses
 import enum
+import threading
 
 import keras
 
@@ -172,3 +177,20 @@ def pair_spec(mode, compute_dtype, who, master=Master.FP32):
             "Received: master='split'"
         )
     return spec
+
+
+_scopes = threading.local()
+
+
+def scope_stack():
+    """This thread's stack of entered ``tfinit.mixed_precision`` scopes (objects with a
+    ``spec``), innermost last; ``tfinit.mixed_precision`` pushes and pops it."""
+    if not hasattr(_scopes, "stack"):
+        _scopes.stack = []
+    return _scopes.stack
+
+
+def active_spec():
+    """The :class:`PairSpec` of the innermost active scope in this thread, or None."""
+    stack = scope_stack()
+    return stack[-1].spec if stack else None

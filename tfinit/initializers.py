@@ -25,7 +25,8 @@ import numpy as np
 
 from tfinit import _backend, _fans, _fill_base, _init_net, _split_master, registry
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
-from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
+from tfinit._precision import (Mode, PairSpec, active_spec, dtype_name, pair_spec,
+                               parse_compute_dtype)
 from tfinit.parameter_info import ParameterInfo, check_tags
 from tfinit.random_fills import RandomFill
 from tfinit.sources import open_source
@@ -352,8 +353,40 @@ class _FP16PairInitializer(Initializer):
         value = self._fill_for_param(layout)(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
 
+    def _check_scope(self):
+        """As a Keras initializer, the pair is made by the active ``mixed_precision.scope``:
+        outside one a layer would get a plain variable (no master, no copy), and a scope of
+        another mode or dtype would silently override this initializer's."""
+        name = type(self).__name__
+        wanted = (f"tfinit.mixed_precision.scope({self.spec.mode.value!r}, "
+                  f"compute_dtype={self.spec.compute_dtype!r})")
+        scope = active_spec()
+        if scope is None:
+            raise RuntimeError(
+                f"{name} used as a Keras initializer outside a mixed-precision scope: the "
+                f"layer would get a plain variable with no fp32 master and no 16-bit copy. "
+                f"Build the model inside `with {wanted}:` (it pairs every layer's weights; "
+                f"this initializer then gives the fp32 values), or create the pair with "
+                f"{name}(...).create_param(param_name=, shape=)."
+            )
+        if (scope.mode, scope.compute_dtype) != (self.spec.mode, self.spec.compute_dtype):
+            raise ValueError(
+                f"{name}(compute_dtype={self.spec.compute_dtype!r}) is a "
+                f"{self.spec.mode.value} {self.spec.compute_dtype} initializer, but it is used "
+                f"inside tfinit.mixed_precision.scope({scope.mode.value!r}, "
+                f"compute_dtype={scope.compute_dtype!r}), whose mode and dtype make the pair. "
+                f"Use the scope {wanted}, or an initializer that agrees with the scope "
+                f"(or a plain fill such as tfinit.get({self.operator_name!r}))."
+            )
+
     def __call__(self, shape, dtype=None, layout=None):
-        """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's)."""
+        """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's).
+
+        Raises:
+            RuntimeError: called outside ``tfinit.mixed_precision.scope``.
+            ValueError: called inside a scope of another mode or compute dtype.
+        """
+        self._check_scope()
         dtype = self._check_dtype(dtype)
         return _fill_base.distributed(
             keras.ops.cast(self._require_fill()(shape, "float32"), dtype), layout)
@@ -368,8 +401,11 @@ class PseudoFP16Initializer(_FP16PairInitializer):
 
     As Caffe2: the fill writes ``P_fp32``, then ``P = FloatToHalf(P_fp32)``; so
     ``P == cast(P_fp32)`` exactly. ``compute_dtype="bfloat16"`` makes ``P`` bfloat16.
-    The master is not trainable: optimizers reach it through ``blob_copy``. Used as a
-    Keras initializer, it returns the fill's fp32 values cast to the 16-bit dtype.
+    The master is not trainable: optimizers reach it through ``blob_copy``. As a Keras
+    initializer (``kernel_initializer=``) it works inside
+    ``tfinit.mixed_precision.scope("pseudo_fp16", compute_dtype=...)`` of its own dtype, which
+    makes the pair from its fp32 values; elsewhere it refuses (a layer would get a plain
+    variable with no master).
 
     Args:
         operator_name: a floating Caffe2 fill operator name, or ``None`` (see ``update``).
@@ -378,7 +414,9 @@ class PseudoFP16Initializer(_FP16PairInitializer):
 
     Raises:
         ValueError: a non-floating fill, a bad ``compute_dtype``, an unknown operator;
-            at ``create_param``, a ``dtype`` other than the 16-bit one.
+            at ``create_param``, a ``dtype`` other than the 16-bit one; as a Keras
+            initializer, inside a scope of another mode or dtype.
+        RuntimeError: as a Keras initializer, outside ``tfinit.mixed_precision.scope``.
 
     Example:
 
@@ -399,7 +437,9 @@ class ReversePseudoFP16Initializer(_FP16PairInitializer):
     """Primary ``P`` is fp32; the copy ``P_fp16`` (``P_bf16``) is in ``blob_copy``.
 
     As Caffe2: the fill writes ``P``, then ``P_fp16 = FloatToHalf(P)``; so
-    ``P_fp16 == cast(P)`` exactly. The copy is not trainable.
+    ``P_fp16 == cast(P)`` exactly. The copy is not trainable. As a Keras initializer it works
+    inside ``tfinit.mixed_precision.scope("reverse", compute_dtype=...)`` of its own dtype;
+    elsewhere it refuses.
 
     Args:
         operator_name: a floating Caffe2 fill operator name, or ``None`` (see ``update``).
@@ -409,7 +449,9 @@ class ReversePseudoFP16Initializer(_FP16PairInitializer):
 
     Raises:
         ValueError: a non-floating fill, a bad ``compute_dtype``, an unknown operator;
-            at ``create_param``, a ``dtype`` other than float32.
+            at ``create_param``, a ``dtype`` other than float32; as a Keras initializer,
+            inside a scope of another mode or dtype.
+        RuntimeError: as a Keras initializer, outside ``tfinit.mixed_precision.scope``.
 
     Example:
 

@@ -8,7 +8,7 @@ fields Caffe2 code reads are kept: ``param``/``blob``, ``name``, ``shape``, ``si
 ``{tf.float32: P_fp32}``; Reverse: ``{tf.float16: P_fp16}``).
 
 Importing it needs no TensorFlow: the keys of a given ``blob_copy`` are normalized with
-``tf.as_dtype`` (TensorFlow backend only, as the pairs themselves are).
+``tf.as_dtype`` on the TensorFlow backend and to dtype names on the others.
 """
 
 import math
@@ -72,8 +72,9 @@ class ParameterInfo:
         param: the primary variable (the one the model computes with).
         shape: its shape (a sequence of ints), or ``None``.
         blob_copy: ``None`` or a dict mapping a dtype to the same parameter in another
-            precision (PseudoFP16: ``{tf.float32: P_fp32}``); keys are normalized with
-            ``tf.as_dtype`` and looked up by any spelling (``"float32"``). TensorFlow only.
+            precision (PseudoFP16: ``{tf.float32: P_fp32}``); keys are normalized
+            (``tf.DType`` on TensorFlow, dtype names elsewhere) and looked up by any
+            spelling (``"float32"``, ``np.float32``).
         param_id: Caffe2's optional parameter id.
         name: defaults to the variable's short name (``"P"`` for ``"P:0"``).
         key, length, grad: Caffe2's optional fields (``length`` at least 1).
@@ -84,7 +85,6 @@ class ParameterInfo:
     Raises:
         TypeError: ``blob_copy`` is not a dict, or a key is not a dtype.
         ValueError: an unknown tag.
-        RuntimeError: a non-empty ``blob_copy`` on a backend other than TensorFlow.
 
     Example:
 
@@ -161,9 +161,8 @@ def _check_blob_copy(blob_copy, name):
         )
     if not blob_copy:
         return {}
-    tf = _backend.tensorflow("ParameterInfo(blob_copy=...)")
     try:
-        return BlobCopy({tf.as_dtype(k): v for k, v in blob_copy.items()})
+        return BlobCopy({_dtype_key(k): v for k, v in blob_copy.items()})
     except TypeError as err:
         raise TypeError(f"ParameterInfo {name!r}: blob_copy keys must be dtypes ({err}).") from None
 
@@ -184,9 +183,20 @@ class BlobCopy(dict):
         return self[dtype] if dtype in self else default
 
 
-def _as_dtype_key(dtype):
-    tf = _backend.tensorflow("ParameterInfo.blob_copy")
-    try:
+def _dtype_key(dtype):
+    """A ``blob_copy`` key: a ``tf.DType`` on TensorFlow, the dtype's name on any other
+    backend (so ``"float32"``, ``np.float32`` and ``jnp.float32`` find the same entry)."""
+    if _backend.name() == "tensorflow":
+        tf = _backend.tensorflow("ParameterInfo.blob_copy")
         return tf.as_dtype(dtype)
+    try:
+        return keras.backend.standardize_dtype(dtype)
+    except ValueError as err:
+        raise TypeError(str(err)) from None
+
+
+def _as_dtype_key(dtype):
+    try:
+        return _dtype_key(dtype)
     except TypeError:
         raise KeyError(dtype) from None

@@ -49,17 +49,30 @@ weights of the same architecture load into a pseudo_fp16 model exactly (fine-tun
 
 from tfinit import _backend
 
-_backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
+if _backend.name() == "jax":
+    # Keras's JAX backend (no TensorFlow): the same public names, docs/mixed-precision-jax.md
+    # lists what is not there yet.
+    from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
+    from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
+    from tfinit.mixed_precision._jax_scope import scope
+    from tfinit.mixed_precision._jax_weights import get_master_weights, set_master_weights
+    from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
 
-from tfinit.mixed_precision._pairs import parameter_info, sync_copies  # noqa: E402
-from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy  # noqa: E402
-from tfinit.mixed_precision._creator import scope  # noqa: E402
-from tfinit.mixed_precision._weights import get_master_weights, save_weights, set_master_weights  # noqa: E402
-from tfinit.mixed_precision._callbacks import EarlyStopping  # noqa: E402
-from tfinit.mixed_precision._optimizer import MasterWeightOptimizer  # noqa: E402
-from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD  # noqa: E402
-from tfinit.mixed_precision._replicas import replica_mismatches  # noqa: E402
+    __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
+               "get_master_weights", "set_master_weights", "PairPolicy", "PseudoFP16Policy"]
+else:
+    _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
 
-__all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
-           "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
-           "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]
+    from tfinit.mixed_precision._pairs import parameter_info, sync_copies
+    from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
+    from tfinit.mixed_precision._creator import scope
+    from tfinit.mixed_precision._weights import (get_master_weights, save_weights,
+                                                 set_master_weights)
+    from tfinit.mixed_precision._callbacks import EarlyStopping
+    from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
+    from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
+    from tfinit.mixed_precision._replicas import replica_mismatches
+
+    __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
+               "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
+               "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]

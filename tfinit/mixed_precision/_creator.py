@@ -220,8 +220,9 @@ def _create(state, next_creator, **kwargs):
     initial_value = kwargs.get("initial_value")
     owner, initializer = internals.keras_variable_in_creation(initial_value)
     if not trainable and not (state.spec.is_pseudo and owner is not None and not on_read):
-        # A layer's own non-trainable state (Normalization.adapt's statistics) is stored
-        # in fp32 too in pseudo_fp16: Keras asked for the 16-bit dtype.
+        # A layer's own non-trainable float state that Keras asked in the 16-bit dtype
+        # (a custom layer's) keeps an fp32 master in pseudo_fp16. Normalization layers and
+        # keras.layers.Normalization never get here: their PairPolicy asks for float32.
         return next_creator(**kwargs)
     requested = kwargs.get("dtype")
     value = None

@@ -4,9 +4,11 @@ It carries the scope's :class:`PairSpec` with the layer, so the rules apply when
 builds the layer (as Keras's own dtype policies do), and it is saved in ``.keras`` configs:
 
 - pseudo_fp16: variables and compute in the 16-bit dtype (the variables get fp32 masters);
-  normalization layers without an explicit dtype switch to ``mixed_<dtype>`` when they build
-  (in both modes), so their weights and moving statistics stay fp32, as Caffe2 kept spatbn in
-  fp32, and their saved configs load that way into a scope of either mode.
+  normalization layers and ``keras.layers.Normalization`` (whose ``adapt`` writes float
+  statistics) without an explicit dtype switch to ``mixed_<dtype>`` when they build (in both
+  modes), so their weights, moving and adapted statistics stay fp32 on the layer's own
+  variables, as Keras mixed_* keeps them and Caffe2 kept spatbn in fp32, and their saved
+  configs load that way into a scope of either mode.
 - reverse: fp32 variables, 16-bit compute, like ``mixed_<dtype>`` (its name; ``Model.compile``
   adds no second loss scaling because ``MasterWeightOptimizer`` is a ``LossScaleOptimizer``).
 - Rebuilding a layer from such a config (``load_model``, ``clone_model``, ``from_config``)
@@ -15,8 +17,11 @@ builds the layer (as Keras's own dtype policies do), and it is saved in ``.keras
   fp32 masters load exactly into either 16-bit dtype.
 """
 
+import weakref
+
 import keras
 
+from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import Mode, PairSpec, pair_spec
 from tfinit.mixed_precision import _state
@@ -24,7 +29,10 @@ from tfinit.mixed_precision import _state
 NORMALIZATION_LAYERS = tuple(
     getattr(keras.layers, name)
     for name in ("BatchNormalization", "LayerNormalization", "GroupNormalization",
-                 "RMSNormalization", "UnitNormalization")
+                 "RMSNormalization", "UnitNormalization",
+                 # preprocessing layers whose non-trainable float state a method writes
+                 # (Normalization.adapt's mean and variance): Keras mixed_* keeps it fp32
+                 "Normalization")
     if hasattr(keras.layers, name)
 )
 
@@ -67,7 +75,16 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
 
     def __init__(self, compute_dtype="float16", mode="pseudo_fp16"):
         self.spec = pair_spec(mode, compute_dtype, "PairPolicy")
-        super().__init__(self.spec.keras_policy_name)
+        if _backend.name() == "tensorflow":
+            super().__init__(self.spec.keras_policy_name)
+            return
+        # Off TensorFlow the layer builds fp32 weights (its masters, as mixed_<dtype>) and
+        # they pair up once built (_jax_pairs). The name object leads back to this policy
+        # from a layer Keras rebuilds from a config (Keras passes it the name only).
+        name = _PolicyName(f"mixed_{self.spec.compute_dtype}")
+        name.policy = self
+        super().__init__(name)
+        _unpaired[id(name)] = name
 
     @property
     def variable_dtype(self):
@@ -77,6 +94,10 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
         if isinstance(layer, NORMALIZATION_LAYERS) and layer.dtype_policy is self:
             layer.dtype_policy = keras.dtype_policies.DTypePolicy(
                 f"mixed_{self.spec.compute_dtype}")
+            return "float32"
+        if _backend.name() != "tensorflow":
+            # No variable creator on JAX: the layer builds its weights in float32 (the exact
+            # fp32 initializer values, the masters) and they pair up afterwards (_jax_pairs).
             return "float32"
         return super().variable_dtype
 
@@ -138,6 +159,45 @@ class PseudoFP16Policy(PairPolicy):
     def from_config(cls, config):
         return PairPolicy.from_config({"compute_dtype": config.get("name", "float16"),
                                        "mode": "pseudo_fp16"})
+
+
+class _PolicyName(str):
+    """A PairPolicy's name off TensorFlow (``"mixed_<dtype>"``), carrying the policy."""
+
+
+#: off TensorFlow: the names of PairPolicy objects whose layers may hold unpaired weights
+_unpaired = weakref.WeakValueDictionary()  # id -> _PolicyName
+
+
+def policies_to_pair():
+    """The PairPolicy objects whose layers may hold weights not paired yet (JAX)."""
+    return [name.policy for name in list(_unpaired.values())]
+
+
+def done_pairing(policy):
+    """Every layer holding ``policy`` has built and paired its weights."""
+    _unpaired.pop(id(policy.name), None)
+
+
+def layers_to_pair(policy):
+    """The layers holding ``policy``, and those Keras rebuilt from a config with its name
+    (they take ``policy`` back now, as on TensorFlow)."""
+    layers = internals.layers_holding(policy)
+    for layer in internals.layers_with_policy_named(policy.name):
+        layer.dtype_policy = policy
+        layers.append(layer)
+    return layers
+
+
+def use_normalization_policy(layer, policy):
+    """A normalization layer holding ``policy`` keeps Keras ``mixed_<dtype>`` (fp32 weights,
+    16-bit compute): True when ``layer`` is one (its policy is switched now)."""
+    if isinstance(layer, NORMALIZATION_LAYERS):
+        if layer.dtype_policy is policy:
+            layer.dtype_policy = keras.dtype_policies.DTypePolicy(
+                f"mixed_{policy.spec.compute_dtype}")
+        return True
+    return False
 
 
 def current_spec():

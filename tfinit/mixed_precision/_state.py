@@ -3,6 +3,7 @@
 import dataclasses
 import threading
 
+from tfinit import _precision
 from tfinit._precision import PairSpec
 
 _local = threading.local()
@@ -19,9 +20,8 @@ class ScopeState:
 
 
 def _stack():
-    if not hasattr(_local, "stack"):
-        _local.stack = []
-    return _local.stack
+    # Kept in tfinit._precision, where the PseudoFP16 initializers read the active scope.
+    return _precision.scope_stack()
 
 
 def active():

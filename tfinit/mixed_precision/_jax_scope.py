@@ -1,0 +1,125 @@
+"""``scope`` on Keras's JAX backend: layers constructed inside pair their trainable weights.
+
+There is no variable creator on JAX (``Layer.add_weight`` makes a plain backend variable), so
+the scope's ``PairPolicy`` carries the rules: a layer constructed inside (or rebuilt from a
+saved config inside) builds its weights in float32 (pseudo_fp16: the exact fp32 initializer
+values; reverse: as Keras ``mixed_*``); its float32 trainable weights pair up
+(``_jax_pairs.pair_pending``) when the ``with`` block exits, or when anything asks for a pair
+(``parameter_info``, the optimizer's build, ...), whichever comes first. A layer built after
+the block builds inside the same scope, as on TensorFlow.
+"""
+
+import contextlib
+import functools
+import inspect
+
+import keras
+
+from tfinit import _keras_internals as internals
+from tfinit._precision import pair_spec
+from tfinit.mixed_precision import _jax_pairs, _state
+from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
+from tfinit.mixed_precision._policy import PairPolicy
+
+_WHO = "tfinit.mixed_precision.scope"
+
+
+@contextlib.contextmanager
+def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
+    """Pair the trainable floating variables of layers constructed inside with fp32 masters.
+
+    The TensorFlow backend's contract, on JAX: pseudo_fp16 gives each layer a 16-bit
+    variable made as the cast of the exact fp32 initializer value (the master,
+    ``parameter_info(v).blob_copy["float32"]``); reverse keeps the fp32 variable (the master)
+    and a 16-bit copy (``blob_copy[compute_dtype]``). ``compile`` on a model constructed
+    inside wraps a plain optimizer in ``MasterWeightOptimizer``.
+
+    Args:
+        mode: ``"pseudo_fp16"`` or ``"reverse"``.
+        compute_dtype: ``"float16"`` or ``"bfloat16"``.
+        master: ``"fp32"`` (``"split"`` is TensorFlow-only so far).
+
+    Returns:
+        A context manager (yields ``None``).
+
+    Raises:
+        ValueError: a bad ``mode``, ``compute_dtype`` or ``master``.
+        NotImplementedError: ``master="split"`` on this backend.
+
+    Example:
+
+    >>> import keras
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
+    ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    >>> kernel = model.layers[0].kernel
+    >>> kernel.dtype, mp.parameter_info(kernel).blob_copy["float32"].dtype
+    ('bfloat16', 'float32')
+    """
+    spec = pair_spec(mode, compute_dtype, _WHO, master)
+    if spec.is_split:
+        raise NotImplementedError(
+            f"{_WHO}: master='split' is not available on Keras's {keras.backend.backend()} "
+            "backend yet (TensorFlow only); use master='fp32'.")
+    state = _state.ScopeState(spec, None, PairPolicy(spec.compute_dtype, spec.mode))
+    try:
+        with _activated(state):
+            yield
+    finally:
+        _adopt_constructed_layers(state)
+        _jax_pairs.pair_pending()
+
+
+@contextlib.contextmanager
+def _activated(state):
+    previous_policy = keras.config.dtype_policy()
+    _state.push(state)
+    try:
+        keras.config.set_dtype_policy(state.policy)
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+        _state.pop(state)
+
+
+def _adopt_constructed_layers(state):
+    for layer in internals.layers_holding(state.policy):
+        if isinstance(layer, keras.Model):
+            _wrap_compile(layer)
+        if layer.built:
+            continue
+        build = layer.build
+
+        @functools.wraps(build)
+        def build_in_scope(*args, _build=build, **kwargs):
+            if _state.active() is state:
+                return _build(*args, **kwargs)
+            with _activated(state):
+                result = _build(*args, **kwargs)
+            _jax_pairs.pair_pending()
+            return result
+
+        internals.set_object_method(layer, "build", build_in_scope)
+
+
+def _wrap_compile(model):
+    """``model.compile`` wraps a plain Keras optimizer in ``MasterWeightOptimizer``."""
+    if internals.has_object_method(model, "compile"):
+        return
+    compile_model = model.compile
+    signature = inspect.signature(compile_model)
+
+    @functools.wraps(compile_model)
+    def compile_with_masters(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        optimizer = bound.arguments.get("optimizer", "rmsprop")
+        if optimizer is not None:
+            optimizer = keras.optimizers.get(optimizer)
+            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                scaling = {} if bound.arguments.get("auto_scale_loss", True) else {
+                    "loss_scale": None}
+                optimizer = MasterWeightOptimizer(optimizer, **scaling)
+            bound.arguments["optimizer"] = optimizer
+        return compile_model(*bound.args, **bound.kwargs)
+
+    internals.set_object_method(model, "compile", compile_with_masters)
