@@ -292,18 +292,28 @@ GivenTensorDoubleFill = _typed_given_tensor_fill(
     "GivenTensorDoubleFill", "float64",
     _typed_doc("GivenTensorDoubleFill", "float64", "[0.1, 0.25]", "[0.1, 0.25]"),
 )
+"""`GivenTensorDoubleFill(values, shape=None)`: exactly `values` as float64; the contract of
+[`GivenTensorFill`][tfinit.fills.GivenTensorFill] with float64 as the fill's dtype."""
 GivenTensorIntFill = _typed_given_tensor_fill(
     "GivenTensorIntFill", "int32", _typed_doc("GivenTensorIntFill", "int32", "[3, -4]", "[3, -4]")
 )
+"""`GivenTensorIntFill(values, shape=None)`: exactly `values` as int32; the contract of
+[`GivenTensorFill`][tfinit.fills.GivenTensorFill] with int32 as the fill's dtype."""
 GivenTensorInt64Fill = _typed_given_tensor_fill(
     "GivenTensorInt64Fill", "int64",
     _typed_doc("GivenTensorInt64Fill", "int64", "[1, 2**40]", "[1, 1099511627776]"),
 )
+"""`GivenTensorInt64Fill(values, shape=None)`: exactly `values` as int64; the contract of
+[`GivenTensorFill`][tfinit.fills.GivenTensorFill] with int64 as the fill's dtype."""
 GivenTensorInt16Fill = _typed_given_tensor_fill(
     "GivenTensorInt16Fill", "int16",
     _typed_doc("GivenTensorInt16Fill", "int16", "[7, -7]", "[7, -7]"),
 )
+"""`GivenTensorInt16Fill(values, shape=None)`: exactly `values` as int16; the contract of
+[`GivenTensorFill`][tfinit.fills.GivenTensorFill] with int16 as the fill's dtype."""
 GivenTensorBoolFill = _typed_given_tensor_fill(
     "GivenTensorBoolFill", "bool",
     _typed_doc("GivenTensorBoolFill", "bool", "[1, 0]", "[True, False]"),
 )
+"""`GivenTensorBoolFill(values, shape=None)`: exactly `values` as bool; the contract of
+[`GivenTensorFill`][tfinit.fills.GivenTensorFill] with bool as the fill's dtype."""

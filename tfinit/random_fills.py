@@ -16,8 +16,9 @@ import numpy as np
 from tfinit import _args, _backend, _exact, _fans, _streams
 from tfinit._fill_base import Fill, register
 
-#: random streams of the random fills: Keras's own, or Caffe2's CPU stream replayed
 RNGS = _streams.RNGS
+"""The values of a random fill's `rng` argument: `"keras"` (Keras's own generator) or
+`"caffe2"` (Caffe2's CPU stream replayed bit for bit)."""
 
 
 def _resolve_seed(seed, op_name):
