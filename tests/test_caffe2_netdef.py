@@ -10,6 +10,8 @@ from caffe2_nets import cnn, models_dir
 from tfinit.caffe2 import DeviceOption, NetDef, Operator, read_netdef
 from tfinit.caffe2._netdef import make_arg
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 
 def test_reads_the_exported_mlp_init_net():
     models = models_dir()

@@ -15,6 +15,8 @@ import pytest
 import tfinit
 from tfinit import _caffe2_rng, registry
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
 

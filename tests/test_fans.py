@@ -5,6 +5,8 @@ import pytest
 
 from tfinit import _fans
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 
 @pytest.mark.parametrize(
     "caffe2_shape, keras_shape, fan_in, fan_out",

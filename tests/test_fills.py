@@ -13,6 +13,8 @@ import pytest
 
 import tfinit
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 N_SIGMA = 6
 
 

@@ -26,6 +26,8 @@ from tfinit import (
 )
 from tfinit.initializers import create_master_copy_pair
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 TENSORFLOW_ONLY = pytest.mark.tensorflow_only
 
 

@@ -14,6 +14,8 @@ import ast
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 
 def package(name, layers):
     """A package as one layer: its private modules' layers, lowest first, under the package

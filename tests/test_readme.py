@@ -11,6 +11,8 @@ import re
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 #: the pages whose ```python blocks run here (docs/caffe2-ops.md and caffe2-semantics.md
 #: have none)
 PAGES = [

@@ -7,6 +7,8 @@ import pytest
 import tfinit
 from tfinit import registry
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 CAFFE2_FILL_OPS = {
     "ConstantFill",
     "GaussianFill",

@@ -13,6 +13,8 @@ import pytest
 import tfinit
 from tfinit import registry
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 #: one instance of every registered fill, with arguments other than the defaults
 EXAMPLES = [
     tfinit.ConstantFill(value=2, dtype="int64"),

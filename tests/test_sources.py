@@ -6,6 +6,8 @@ import pytest
 
 from tfinit import sources
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 
 # ---------------------------------------------------------------- mapping
 
