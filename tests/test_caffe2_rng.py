@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import tfinit
-from tfinit import _caffe2_rng, registry
+from tfinit import registry
+from tfinit.fills import _caffe2_rng
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 

@@ -4,13 +4,16 @@ The per-fill tests run once per name in ``tfinit.fill_ops()`` (the registry): a 
 registers itself, and its case fails until ``EXAMPLES`` holds an instance of it.
 """
 
+import importlib
 import inspect
+import json
 
 import keras
 import numpy as np
 import pytest
 
 import tfinit
+from conftest import REPO
 from tfinit import registry
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
@@ -109,3 +112,42 @@ def test_configs_saved_with_the_former_module_path_still_load():
     assert type(clone) is tfinit.XavierFill and clone.get_config() == {
         "seed": 3, "rng": "keras", "layout": "keras"
     }
+
+
+#: a .keras file and fill configs written by tfinit 0.1.0 (main at 829c102, before the fills
+#: became the package tfinit/fills/): their configs name "tfinit.random_fills" and
+#: "tfinit.constant_fills" as the module; Keras finds the class by its registered name
+#: ("tfinit>XavierFill"), once tfinit is imported (0.1.0 needed that import too)
+OLD = REPO / "tests" / "data" / "fills_0.1.0"
+
+
+def test_the_module_paths_of_0_1_0_name_the_same_modules():
+    assert importlib.import_module("tfinit.registry") is tfinit.fills.registry is registry
+    assert importlib.import_module("tfinit.random_fills").XavierFill is tfinit.XavierFill
+    constant_fills = importlib.import_module("tfinit.constant_fills")
+    assert constant_fills.GivenTensorFill is tfinit.GivenTensorFill
+
+
+def test_configs_written_by_0_1_0_load_as_the_same_fills_under_the_same_names():
+    configs = json.loads((OLD / "fills_0.1.0_configs.json").read_text())
+    assert {c["module"] for c in configs} == {"tfinit.random_fills", "tfinit.constant_fills"}
+    fills = [keras.saving.deserialize_keras_object(c) for c in configs]
+    assert [type(f) for f in fills] == [tfinit.XavierFill, tfinit.GivenTensorIntFill,
+                                        tfinit.UniqueUniformFill, tfinit.RangeFill]
+    assert [f.get_config() for f in fills] == [c["config"] for c in configs]
+    again = [keras.saving.serialize_keras_object(f) for f in fills]
+    assert [c["registered_name"] for c in again] == [c["registered_name"] for c in configs]
+    assert [c["class_name"] for c in again] == [c["class_name"] for c in configs]
+
+
+def test_a_keras_file_written_by_0_1_0_loads():
+    model = keras.saving.load_model(OLD / "fills_0.1.0.keras")
+    first, second = model.layers
+    assert type(first.kernel_initializer) is tfinit.XavierFill
+    assert type(first.bias_initializer) is tfinit.GivenTensorFill
+    assert type(second.bias_initializer) is tfinit.ConstantFill
+    # the file's kernel is what XavierFill(seed=1, rng="caffe2") draws (Caffe2's stream)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(first.kernel),
+        keras.ops.convert_to_numpy(tfinit.XavierFill(seed=1, rng="caffe2")((4, 3))))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(first.bias), [0.5, -1.0, 2.0])

@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _ops(args):
-    from tfinit import registry
+    from tfinit.fills import registry
 
     for name in registry.fill_ops():
         cls = registry.lookup(name)

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, _fill_base, _init_net, _split_master, registry
+from tfinit import _backend, _fans, _init_net, _split_master
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import Mode, PairSpec, dtype_name, pair_spec, parse_compute_dtype
 from tfinit.parameter_info import ParameterInfo
-from tfinit.random_fills import RandomFill
+from tfinit.fills import RandomFill, distributed, registry
 from tfinit.sources import open_source
 
 #: what needs TensorFlow here, named in the error on another backend
@@ -317,7 +317,7 @@ class _FP16PairInitializer(Initializer):
     def __call__(self, shape, dtype=None, layout=None):
         """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's)."""
         dtype = self._check_dtype(dtype)
-        return _fill_base.distributed(
+        return distributed(
             keras.ops.cast(self._require_fill()(shape, "float32"), dtype), layout)
 
     def get_config(self):

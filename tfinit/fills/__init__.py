@@ -17,21 +17,28 @@ finite. Anything else is a ``ValueError``.
 Shapes with a zero dimension give an empty tensor: there is nothing to draw (Caffe2
 itself dies with SIGFPE on some of them).
 
-Where the code lives (this module re-exports it, so ``tfinit.fills.X`` keeps working):
+The package (this module is its public face; ``tfinit.fills.X`` and ``tfinit.X`` work):
 
-- ``tfinit.constant_fills``: the fills that draw nothing (Constant, Range, Diagonal,
-  GivenTensor*);
-- ``tfinit.random_fills``: the random fills; their stream (``rng="keras"`` or
-  ``"caffe2"``) is a strategy object of ``tfinit._streams``;
-- ``tfinit._fill_base``: the ``Fill`` base class; ``tfinit._args`` / ``tfinit._exact``:
-  argument checks and exact casts; ``tfinit._backend``: the backend-specific pieces;
-- ``tfinit.registry``: the op-name table and ``get``.
+- ``registry``: the op-name table (``fill_ops``, ``get``, ``lookup``, ``build``), public;
+  ``tfinit.registry`` is the same module;
+- ``_base``: the ``Fill`` base class and the registration of every fill (Keras
+  serialization as ``"tfinit>Name"`` and the bare name);
+- ``_constant``: the fills that draw nothing (Constant, Range, Diagonal, GivenTensor*);
+- ``_random``: the random fills; their stream (``rng="keras"`` or ``"caffe2"``) is a
+  strategy object of ``_streams``, Caffe2's CPU stream is replayed by ``_caffe2_rng``.
+
+Outside the package: ``tfinit._args`` / ``tfinit._exact`` (argument checks, exact casts),
+``tfinit._fans`` (fan rules, layouts), ``tfinit._backend`` (the backend-specific pieces).
 """
+
+import sys
 
 from tfinit._backend import tf_tensor_from_numpy
 from tfinit._exact import check_exact_cast
-from tfinit._fill_base import Fill
-from tfinit.constant_fills import (
+from tfinit.fills import registry  # noqa: F401  (the public submodule; also tfinit.registry)
+from tfinit.fills._base import Fill
+from tfinit.fills._base import distributed  # noqa: F401  (for tfinit.initializers)
+from tfinit.fills._constant import (
     ConstantFill,
     DiagonalFill,
     GivenTensorBoolFill,
@@ -42,7 +49,7 @@ from tfinit.constant_fills import (
     GivenTensorIntFill,
     RangeFill,
 )
-from tfinit.random_fills import (
+from tfinit.fills._random import (
     RNGS,
     GaussianFill,
     MSRAFill,
@@ -52,12 +59,23 @@ from tfinit.random_fills import (
     UniqueUniformFill,
     XavierFill,
 )
-from tfinit.registry import get
+from tfinit.fills.registry import fill_ops, get
+
+# tfinit 0.1.0's module paths name the same modules (the same objects, not copies):
+# `tfinit.registry` is public; `tfinit.constant_fills` / `tfinit.random_fills` were where the
+# fills lived (and what 0.1.0's saved configs name as their "module"; Keras itself finds a
+# fill by its registered name, "tfinit>XavierFill").
+_OLD_PATHS = {"registry": "tfinit.fills.registry", "constant_fills": "tfinit.fills._constant",
+              "random_fills": "tfinit.fills._random"}
+for _old, _new in _OLD_PATHS.items():
+    sys.modules.setdefault(f"tfinit.{_old}", sys.modules[_new])
+    setattr(sys.modules["tfinit"], _old, sys.modules[_new])
+del _old, _new
 
 __all__ = [
     "RNGS", "ConstantFill", "DiagonalFill", "Fill", "GaussianFill", "GivenTensorBoolFill",
     "GivenTensorDoubleFill", "GivenTensorFill", "GivenTensorInt16Fill", "GivenTensorInt64Fill",
     "GivenTensorIntFill", "MSRAFill", "RandomFill", "RangeFill", "UniformFill",
-    "UniformIntFill", "UniqueUniformFill", "XavierFill", "check_exact_cast", "get",
+    "UniformIntFill", "UniqueUniformFill", "XavierFill", "check_exact_cast", "fill_ops", "get",
     "tf_tensor_from_numpy",
 ]

@@ -8,7 +8,8 @@ dimension; subclasses implement ``_fill(shape, dtype)`` for the rest.
 
 import keras
 
-from tfinit import _args, _backend, _fans, registry
+from tfinit import _args, _backend, _fans
+from tfinit.fills import registry
 
 
 class Fill(keras.initializers.Initializer):

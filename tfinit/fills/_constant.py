@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from tfinit import _args, _backend, _exact, _fans
-from tfinit._fill_base import Fill, register
+from tfinit.fills._base import Fill, register
 
 
 @register

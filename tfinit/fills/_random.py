@@ -3,7 +3,7 @@ UniformIntFill and UniqueUniformFill.
 
 What varies between them is the distribution and its Caffe2 arguments; what varies
 between two instances of one of them is the random stream, chosen once at construction
-by ``rng`` (``tfinit._streams``): ``"keras"`` (default) draws with ``keras.random`` and
+by ``rng`` (``tfinit.fills._streams``): ``"keras"`` (default) draws with ``keras.random`` and
 Keras 3's seed rules, ``"caffe2"`` replays Caffe2's CPU stream for an int seed, bit for bit.
 """
 
@@ -13,8 +13,9 @@ import random as python_random
 import keras
 import numpy as np
 
-from tfinit import _args, _backend, _exact, _fans, _streams
-from tfinit._fill_base import Fill, register
+from tfinit import _args, _backend, _exact, _fans
+from tfinit.fills import _streams
+from tfinit.fills._base import Fill, register
 
 RNGS = _streams.RNGS
 """The values of a random fill's `rng` argument: `"keras"` (Keras's own generator) or
@@ -47,7 +48,7 @@ class RandomFill(Fill):
     ``DeviceOption.random_seed`` is ``seed mod 2**32``, bit for bit: the float32 values
     Caffe2 writes, cast to the call's dtype when that is another dtype (to float16
     they round to nearest, as Caffe2's FloatToHalf). The algorithm per op is in
-    ``tfinit._caffe2_rng``. Fills without a ``layout`` fill the given shape in
+    ``tfinit.fills._caffe2_rng``. Fills without a ``layout`` fill the given shape in
     row-major order, as Caffe2 does; see XavierFill/MSRAFill for layouts.
     """
 

@@ -8,7 +8,7 @@ how numbers are drawn.
 - :class:`KerasStream`: ``keras.random`` with Keras 3's seed rules (an int seed repeats,
   a ``keras.random.SeedGenerator`` advances); runs on every backend.
 - :class:`Caffe2Stream`: Caffe2's CPU stream for ``DeviceOption.random_seed = seed mod
-  2**32``, replayed bit for bit in numpy by ``tfinit._caffe2_rng`` (float32 values in
+  2**32``, replayed bit for bit in numpy by ``tfinit.fills._caffe2_rng`` (float32 values in
   Caffe2's row-major order, then moved to the Keras layout and cast exactly).
 """
 
@@ -17,7 +17,8 @@ import numbers
 import keras
 import numpy as np
 
-from tfinit import _backend, _caffe2_rng, _exact, _fans
+from tfinit import _backend, _exact, _fans
+from tfinit.fills import _caffe2_rng
 
 _INT32 = np.iinfo(np.int32)
 
