@@ -1,7 +1,7 @@
 """Shared test setup, done once for every test module (none repeats it).
 
 - Environment: TensorFlow's C++ logs quiet (``TF_CPP_MIN_LOG_LEVEL=3``), set before any test
-  module imports Keras or TensorFlow. Subprocess scripts (``tests/_*.py``) get it from the
+  module imports Keras or TensorFlow. Subprocess scripts (``tests/**/_*.py``) get it from the
   test that launches them.
 - ``REPO``: the repository root. Test data lives in ``tests/data``, in the repo.
 - Fixtures: ``dtype_policy`` (set Keras's global dtype policy for a block, restored after);

@@ -543,7 +543,7 @@ def test_deterministic_init_net_is_bit_identical_to_what_caffe2_produced():
     shape mode, the GivenTensor*Fill family, RangeFill, DiagonalFill, FloatToHalf with and
     without clip, HalfToFloat, ...) was written with tfinit's encoder and run by the real
     Caffe2 (PyTorch 1.8.1 wheel, CPU); the .npz holds Caffe2's blobs."""
-    data = Path(__file__).resolve().parent / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     expected = np.load(data / "c2import_deterministic_init_net.npz", allow_pickle=False)
     blobs = load_init_net(data / "c2import_deterministic_init_net.pb")
     assert list(blobs) == list(expected.files)

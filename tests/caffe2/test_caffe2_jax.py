@@ -74,7 +74,7 @@ def test_converted_nets_run_on_the_jax_backend():
 
 def test_the_caffe2_code_and_tests_read_nothing_beside_the_repository():
     files = [*sorted((REPO / "tfinit" / "caffe2").glob("*.py")),
-             *sorted((REPO / "tests").glob("*caffe2*.py")), REPO / "tests" / "conftest.py",
+             *sorted((REPO / "tests").rglob("*caffe2*.py")), REPO / "tests" / "conftest.py",
              REPO / "notebooks" / "05_caffe2_models.ipynb"]
     for path in files:
         text = path.read_text()

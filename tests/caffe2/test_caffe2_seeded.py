@@ -15,7 +15,7 @@ import numpy as np
 
 from tfinit.caffe2 import NetDef, Operator, fill, load_init_net
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _shared_samples():

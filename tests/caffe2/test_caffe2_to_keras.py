@@ -146,7 +146,7 @@ def test_nets_reproduce_what_real_caffe2_computed(name):
     """``data/c2import_<name>_*.pb`` are the nets of caffe2_nets.py written with tfinit's
     encoder; ``c2import_<name>_forward.npz`` holds the input and every float blob the real
     Caffe2 (PyTorch 1.8.1 wheel, CPU) computed from them."""
-    data = Path(__file__).resolve().parent / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     ref = np.load(data / f"c2import_{name}_forward.npz", allow_pickle=False)
     blobs = [key.split("/", 1)[1] for key in ref.files if key.startswith("blob/")]
     x = ref["input/data"]

@@ -1,5 +1,5 @@
-"""Run by tests/test_distribute.py: Keras fit under MirroredStrategy (two logical CPUs) with
-``keras.callbacks.BackupAndRestore``; optionally SIGKILLs itself mid-epoch.
+"""Run by tests/distribute/test_distribute.py: Keras fit under MirroredStrategy (two logical
+CPUs) with ``keras.callbacks.BackupAndRestore``; optionally SIGKILLs itself mid-epoch.
 
 Usage: _distribute_backup.py BACKUP_DIR OUT.npz [KILL_EPOCH KILL_BATCH]
 Writes the first replica's masters, the optimizer's variables and the epochs this process

@@ -1,4 +1,4 @@
-"""Run by tests/test_distribute.py in a fresh interpreter: two logical CPUs must be
+"""Run by tests/distribute/test_distribute.py in a fresh interpreter: two logical CPUs must be
 configured before TensorFlow initialises. Each check records what it measured; the test
 file asserts on it. Prints one JSON line: {check name: {"error": traceback | None, ...}}.
 The test sets the environment (``TF_CPP_MIN_LOG_LEVEL=3``).

@@ -29,7 +29,7 @@ ULPS = {"float16": 2, "bfloat16": 4}
 @pytest.fixture(scope="module")
 def report():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([os.path.dirname(HERE),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
                                            os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, os.path.join(HERE, "_distribute_mirrored.py")],
                             capture_output=True, text=True, env=env, timeout=240)
@@ -124,7 +124,7 @@ def test_train_steps_have_nothing_tpu_strategy_forbids(report):
 
 def _backup_run(backup_dir, out, *kill):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([os.path.dirname(HERE),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
                                            os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, os.path.join(HERE, "_distribute_backup.py"),
                            str(backup_dir), str(out), *map(str, kill)],

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # multi-worker subprocesses
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(REPO, "examples", "multi_worker.py")
 STEPS, EVERY = 12, 4
 

@@ -18,7 +18,7 @@ from tfinit.fills import _caffe2_rng
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def _load(stem):

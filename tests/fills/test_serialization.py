@@ -42,7 +42,7 @@ IDS = [type(e).__name__ for e in EXAMPLES]
 def _example(name):
     """The example of registered fill ``name``."""
     found = [e for e in EXAMPLES if type(e).__name__ == name]
-    assert found, f"registered fill {name} has no example in EXAMPLES (tests/test_serialization.py)"
+    assert found, f"registered fill {name} has no example in EXAMPLES ({__file__})"
     assert type(found[0]) is registry.lookup(name)
     return found[0]
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # a subprocess
 def test_mirrored_strategy_two_replicas():
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([os.path.dirname(here),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(here)),
                                            os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, os.path.join(here, "_mixed_precision_mirrored.py")],
                             capture_output=True, text=True, env=env, timeout=300)

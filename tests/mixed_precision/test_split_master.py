@@ -316,7 +316,7 @@ def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
 def test_mirrored_strategy_two_replicas():
     here = os.path.dirname(__file__)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+        [os.path.dirname(os.path.dirname(here)), os.environ.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, os.path.join(here, "_split_master_mirrored.py")],
                             capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
