@@ -26,6 +26,7 @@
 import ast
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,29 +70,45 @@ def tf():
     return tensorflow
 
 
+@contextlib.contextmanager
+def use_dtype_policy(policy):
+    """Keras's global dtype policy set to ``policy`` for a block, the one before it restored
+    when the block ends: the one helper through which tests set the global policy."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield keras.config.dtype_policy()
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 @pytest.fixture
 def dtype_policy():
-    """A context manager setting Keras's global dtype policy for a block.
-
-    ``with dtype_policy("mixed_float16"): ...`` sets the policy and restores the one before
-    it when the block ends; the policy the test started with is restored at teardown too,
-    so a failing test cannot leak its policy into the next one.
+    """``use_dtype_policy`` as a fixture: ``with dtype_policy("mixed_float16"): ...``; the
+    policy the test started with is restored at teardown too, so a failing test cannot leak
+    its policy into the next one.
     """
     import keras
 
     at_start = keras.config.dtype_policy()
-
-    @contextlib.contextmanager
-    def use(policy):
-        previous = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(policy)
-        try:
-            yield keras.config.dtype_policy()
-        finally:
-            keras.config.set_dtype_policy(previous)
-
-    yield use
+    yield use_dtype_policy
     keras.config.set_dtype_policy(at_start)
+
+
+@pytest.fixture(autouse=True)
+def _no_dtype_policy_leaks():
+    """Every test leaves Keras's global dtype policy as it found it (restored, and the test
+    fails, when it does not). Nothing to check before Keras is imported."""
+    keras = sys.modules.get("keras")
+    previous = keras.config.dtype_policy() if keras else None
+    yield
+    if previous is None:
+        return
+    now = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(previous)
+    assert now.name == previous.name, f"the global dtype policy leaked: {now.name}"
 
 
 def pytest_collection_modifyitems(config, items):

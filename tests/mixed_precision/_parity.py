@@ -5,13 +5,12 @@ weights, on the same data. ``twins`` builds both models; ``assert_bitwise`` comp
 masters with Keras's fp32 weights bit for bit and reports the largest ulp difference.
 """
 
-import contextlib
-
 import keras
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
 
+from conftest import use_dtype_policy
 from tfinit import mixed_precision as mp
 
 MODES = ("pseudo_fp16", "reverse")
@@ -25,15 +24,8 @@ def eps(dtype):
     return float(ml_dtypes.finfo(NP16[dtype]).eps)
 
 
-@contextlib.contextmanager
-def keras_policy(name):
-    """Keras's global dtype policy set to ``name`` while open, restored after."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(name)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
+#: Keras's global dtype policy set to a name while open, restored after (tests/conftest.py)
+keras_policy = use_dtype_policy
 
 
 def keras_mixed(factory, dtype):

@@ -37,16 +37,6 @@ SPEC_IDS = [f"{mode}-{dtype}" for mode, dtype in SPECS]
 spec_matrix = pytest.mark.parametrize("mode, dtype", SPECS, ids=SPEC_IDS)
 
 
-@pytest.fixture(autouse=True)
-def _restore_global_policy():
-    """Every test leaves Keras's global dtype policy as it found it."""
-    previous = keras.config.dtype_policy()
-    yield
-    now = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(previous)
-    assert now.name == previous.name, f"the global dtype policy leaked: {now.name}"
-
-
 def _adam():
     return lambda model: keras.optimizers.Adam(1e-2)
 

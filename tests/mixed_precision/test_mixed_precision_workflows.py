@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import use_dtype_policy
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision import _pairs
 
@@ -497,12 +498,8 @@ def test_shared_weight_gradient_is_summed_in_fp32_like_keras():
 
 
 def _keras_mixed(compute_dtype, build):
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(f"mixed_{compute_dtype}")
-    try:
+    with use_dtype_policy(f"mixed_{compute_dtype}"):
         return build()
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
