@@ -32,6 +32,7 @@ import keras
 import numpy as np
 
 import tfinit
+from benchmarks._markdown import to_markdown
 from benchmarks._timing import compare
 
 try:  # absent where only TensorFlow is installed: NOT_JAX says so
@@ -160,7 +161,7 @@ def run(allow_cpu=False):
     return results
 
 
-def render(results, to_markdown):
+def render(results):
     """The Markdown of ``results`` (what ``results_gpu_jax.md`` holds)."""
     m, s = results["machine"], results["sizes"]
     head = (f"# tfinit fills vs Keras initializers, JAX backend\n\n"
@@ -177,8 +178,6 @@ def render(results, to_markdown):
 
 
 def main(argv=None):
-    from benchmarks.run import to_markdown
-
     parser = argparse.ArgumentParser(prog="KERAS_BACKEND=jax python -m benchmarks.fills_jax",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--allow-cpu", action="store_true", help=argparse.SUPPRESS)
@@ -193,7 +192,7 @@ def main(argv=None):
     if results is None:
         print(NO_GPU)
         return 0
-    text = render(results, to_markdown)
+    text = render(results)
     print(text)
     if args.out is None and not accelerated():
         # the committed results_gpu_jax.* hold real GPU figures: keep them

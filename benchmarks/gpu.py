@@ -18,6 +18,7 @@ import json
 import keras
 import tensorflow as tf
 
+from benchmarks._markdown import to_markdown
 from benchmarks._timing import compare
 from benchmarks.memory import bytes_by_dtype, created_by, parameter_count
 from benchmarks.training import Contender
@@ -138,14 +139,14 @@ def device_name():
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
 
-def main(out, allow_cpu=False, to_markdown=None):
+def main(out, allow_cpu=False):
     """Run, print and write ``results_gpu.json``/``.md`` to ``out``; 0 (also without a GPU)."""
     rows = run(allow_cpu)
     if rows is None:
         print(NO_GPU)
         return 0
     device = device_name()
-    table = to_markdown(rows) if to_markdown else json.dumps(rows, indent=1)
+    table = to_markdown(rows)
     text = (f"# tfinit GPU benchmark\n\nDevice: {device}; TensorFlow {tf.__version__}, Keras "
             f"{keras.__version__}. ratio = pseudo_fp16 / Keras mixed, median of interleaved "
             f"runs; ms per step.\n\n{table}\n")

@@ -26,7 +26,9 @@ MODES = [
 
 
 def _tf_variables():
-    return {id(o): o for o in gc.get_objects() if isinstance(o, tf.Variable)}
+    # type(o), not isinstance(o, ...): isinstance reads o.__class__, which some live objects
+    # (numpy's NpzFile.f) answer with an AttributeError
+    return {id(o): o for o in gc.get_objects() if issubclass(type(o), tf.Variable)}
 
 
 def created_by(make):

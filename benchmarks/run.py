@@ -21,6 +21,8 @@ HERE = Path(__file__).resolve().parent
 if __name__ == "__main__" and str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))  # `python benchmarks/run.py` from anywhere
 
+from benchmarks._markdown import to_markdown  # noqa: E402  (needs the path above)
+
 TITLES = {
     "comparisons": "Issue 18's table: tfinit / Keras mixed precision, each ratio next to its "
                    "target (ms per step, SGD, batch 256)",
@@ -54,17 +56,6 @@ def _sections():
         ("caffe2_import", caffe2_import.run),
         ("split_master", split_master.run),
     ]
-
-
-def to_markdown(rows):
-    """A Markdown table of ``rows`` (dicts); columns are the union of their keys."""
-    columns = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
-    return "\n".join(lines)
 
 
 def _machine():
@@ -102,7 +93,7 @@ def main(argv=None):
     if args.gpu:
         from benchmarks import gpu
 
-        return gpu.main(args.out, allow_cpu=args.allow_cpu, to_markdown=to_markdown)
+        return gpu.main(args.out, allow_cpu=args.allow_cpu)
     if args.jax_fills:
         from benchmarks import fills_jax
 

@@ -1,23 +1,32 @@
 """Shared test setup, done once for every test module (none repeats it).
 
 - Environment: TensorFlow's C++ logs quiet (``TF_CPP_MIN_LOG_LEVEL=3``), set before any test
-  module imports Keras or TensorFlow. Subprocess scripts (``tests/_*.py``) get it from the
+  module imports Keras or TensorFlow. Subprocess scripts (``tests/**/_*.py``) get it from the
   test that launches them.
 - ``REPO``: the repository root. Test data lives in ``tests/data``, in the repo.
 - Fixtures: ``dtype_policy`` (set Keras's global dtype policy for a block, restored after);
   ``tf`` (the ``tensorflow`` module, imported by the test that asks for it: modules whose
   other tests run on JAX without TensorFlow installed take TensorFlow this way).
 - ``TFINIT_TEST_WITHOUT_TENSORFLOW=1``: ``import tensorflow`` fails as if it were not
-  installed (CI's JAX pass: tfinit's fills, initializers and Caffe2 reader need no TensorFlow).
+  installed (CI's JAX pass: tfinit's fills, initializers and Caffe2 reader need no TensorFlow),
+  and only the modules marked ``backend_neutral`` are collected (the others may import
+  TensorFlow at their top).
+- Which backends a module runs on: a module whose tests run on every backend says so with
+  ``pytestmark = pytest.mark.backend_neutral`` (its TensorFlow-only tests marked
+  ``tensorflow_only``); CI's JAX pass runs ``-m "backend_neutral and not tensorflow_only"``
+  over all of ``tests/``, so a new backend-neutral module runs on JAX without a list to edit.
+  A module without the marker runs on TensorFlow only.
 - ``FAST_CASES``: a test module that defines this set of test ids keeps only those in the
   fast loop; its other tests are marked ``slow`` at collection (the Keras-parity matrix).
 - Markers (setup.cfg): ``slow`` (subprocesses, notebooks, the wheel, the demo, multi-worker,
-  benchmarks, any test over 1 s on 2 cores: ``pytest -m "not slow"`` is the fast loop) and
-  ``tensorflow_only``.
+  benchmarks, any test over 1 s on 2 cores: ``pytest -m "not slow"`` is the fast loop),
+  ``backend_neutral`` (per module) and ``tensorflow_only`` (per test).
 """
 
+import ast
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,10 +36,30 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = Path(__file__).resolve().parents[1]
 
 
-if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1":
+WITHOUT_TENSORFLOW = os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1"
+if WITHOUT_TENSORFLOW:
     import _no_tensorflow
 
     _no_tensorflow.install()
+
+
+def declares_backend_neutral(path):
+    """Whether the test module at ``path`` sets ``pytestmark`` to (a list holding)
+    ``pytest.mark.backend_neutral``; read from its source, without importing it."""
+    for node in ast.parse(Path(path).read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return any(isinstance(n, ast.Attribute) and n.attr == "backend_neutral"
+                       for n in ast.walk(node.value))
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With TensorFlow blocked, collect only the modules marked ``backend_neutral``."""
+    if (WITHOUT_TENSORFLOW and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")):
+        return not declares_backend_neutral(collection_path) or None
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -41,29 +70,45 @@ def tf():
     return tensorflow
 
 
+@contextlib.contextmanager
+def use_dtype_policy(policy):
+    """Keras's global dtype policy set to ``policy`` for a block, the one before it restored
+    when the block ends: the one helper through which tests set the global policy."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield keras.config.dtype_policy()
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 @pytest.fixture
 def dtype_policy():
-    """A context manager setting Keras's global dtype policy for a block.
-
-    ``with dtype_policy("mixed_float16"): ...`` sets the policy and restores the one before
-    it when the block ends; the policy the test started with is restored at teardown too,
-    so a failing test cannot leak its policy into the next one.
+    """``use_dtype_policy`` as a fixture: ``with dtype_policy("mixed_float16"): ...``; the
+    policy the test started with is restored at teardown too, so a failing test cannot leak
+    its policy into the next one.
     """
     import keras
 
     at_start = keras.config.dtype_policy()
-
-    @contextlib.contextmanager
-    def use(policy):
-        previous = keras.config.dtype_policy()
-        keras.config.set_dtype_policy(policy)
-        try:
-            yield keras.config.dtype_policy()
-        finally:
-            keras.config.set_dtype_policy(previous)
-
-    yield use
+    yield use_dtype_policy
     keras.config.set_dtype_policy(at_start)
+
+
+@pytest.fixture(autouse=True)
+def _no_dtype_policy_leaks():
+    """Every test leaves Keras's global dtype policy as it found it (restored, and the test
+    fails, when it does not). Nothing to check before Keras is imported."""
+    keras = sys.modules.get("keras")
+    previous = keras.config.dtype_policy() if keras else None
+    yield
+    if previous is None:
+        return
+    now = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(previous)
+    assert now.name == previous.name, f"the global dtype policy leaked: {now.name}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,6 +4,8 @@ import pytest
 
 from tfinit import _backend
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 
 def _matmul_precision():
     """The active backend's float32 product setting, as the backend reports it."""

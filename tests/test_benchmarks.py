@@ -387,3 +387,26 @@ def test_jax_fills_benchmark_refuses_without_jax_or_an_accelerator(monkeypatch, 
     assert bench_run.main(["--jax-fills", "--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == fills_jax.NO_GPU
     assert not list(tmp_path.iterdir())
+
+
+def test_benchmark_modules_import_each_other_without_a_cycle():
+    """benchmarks/ imports one way: the runner (run, __main__) imports the benchmarks, which
+    import shared helpers (_markdown, _timing, ...); nothing imports back up."""
+    import ast
+    import graphlib
+
+    folder = REPO / "benchmarks"
+    graph = {}
+    for path in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks."):
+                imported.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[1] for a in node.names
+                             if a.name.startswith("benchmarks.")}
+        graph[path.stem] = imported & {p.stem for p in folder.glob("*.py")}
+    assert graph["fills_jax"] and "run" not in graph["fills_jax"], graph["fills_jax"]
+    list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a cycle

@@ -16,6 +16,8 @@ import pytest
 import tfinit
 import tfinit.caffe2
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 #: names whose examples create TensorFlow variables
 NEEDS_TENSORFLOW = {
     "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",

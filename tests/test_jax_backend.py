@@ -110,7 +110,8 @@ SCRIPT = textwrap.dedent(
     ):
         assert "needs the TensorFlow backend" in message and "'jax'" in message, message
     assert "tensorflow" not in sys.modules, "a refusal loaded TensorFlow"
-    # tfinit.mixed_precision runs on JAX (docs/mixed-precision-jax.md), without TensorFlow.
+    # tfinit.mixed_precision runs on JAX without TensorFlow
+    # (docs/mixed-precision.md#on-kerass-jax-backend).
     with tfinit.mixed_precision.scope("pseudo_fp16", compute_dtype="bfloat16"):
         paired = keras.layers.Dense(2)
         paired.build((None, 3))

@@ -14,6 +14,8 @@ import ast
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+
 
 def package(name, layers):
     """A package as one layer: its private modules' layers, lowest first, under the package
@@ -24,19 +26,19 @@ def package(name, layers):
 
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
-    ["_versions", "_backend", "_fans", "_caffe2_rng", "_caffe2_types", "_args", "registry",
-     "_precision", "_keras_internals", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
-     "caffe2._progress"],
+    ["_versions", "_backend", "_fans", "_caffe2_types", "_args", "_precision", "_keras_internals",
+     "caffe2._large_floats", "caffe2._memory", "caffe2._op_args", "caffe2._progress"],
     # exact casts; the records and sources of values; Caffe2 NetDefs read and written
     ["_exact", "parameter_info", "sources", "_split_master", "caffe2._netdef"],
-    # where create_param tracks its variables
-    ["_init_net"],
-    # the random streams; the Fill base class
-    ["_streams", "_fill_base"],
-    # the fills, by what varies
-    ["constant_fills", "random_fills"],
-    # the public re-export of every fill
-    ["fills"],
+    # where create_param tracks its variables; the fill operators (one package)
+    [
+        "_init_net",
+        package("fills", [
+            ["_caffe2_rng", "registry"],  # Caffe2's CPU streams in numpy; the op-name table
+            ["_streams", "_base"],  # the random streams; the Fill base class
+            ["_constant", "_random"],  # the fills, by what varies
+        ]),
+    ],
     # the Caffe2 fill replay: one op call's arguments, the op table, the replay (which
     # registers its init_net reader with sources)
     ["caffe2._fill_args"],
@@ -106,7 +108,8 @@ RANK = _ranks()
 ALL = sorted(name for entries in LAYERS for entry in entries for name in _names(entry))
 #: the fills, the registry, the initializer family and the Caffe2 fill replay (the layers up
 #: to the initializers): TensorFlow through tfinit._backend only
-CHECKED = [name for names in LAYERS[:LAYERS.index(["initializers"]) + 1] for name in names
+CHECKED = [name for entries in LAYERS[:LAYERS.index(["initializers"]) + 1]
+           for entry in entries for name in _names(entry)
            if name not in ("_keras_internals", "_precision", "caffe2._netdef")]
 
 
@@ -119,8 +122,9 @@ def _below(imported, importer):
     return low[1] is not None and low[1] == high[1] and low[2] < high[2]
 
 
-#: the packages a module outside them imports through their package module only
-PACKAGES = ("tfinit.caffe2", "tfinit.mixed_precision")
+#: the packages a module outside them imports through their package module (or a public
+#: submodule of theirs, such as tfinit.fills.registry) only
+PACKAGES = ("tfinit.caffe2", "tfinit.fills", "tfinit.mixed_precision")
 #: the private modules of a package that a module outside it imports, and why
 THROUGH_PRIVATE = {
     # The command line is one job, split by package: tfinit.cli parses the command line and
@@ -179,7 +183,8 @@ def test_packages_are_imported_through_their_package_module(name):
     importer = _module(name)
     for imported in tfinit_imports(name):
         pkg = _package_of(imported)
-        if pkg is None or imported == pkg or pkg == _package_of(importer):
+        public = not imported.rsplit(".", 1)[-1].startswith("_")
+        if pkg is None or public or pkg == _package_of(importer):
             continue
         assert (importer, imported) in THROUGH_PRIVATE, (
             f"{importer} imports {imported}, a private module of {pkg}: import {pkg} instead")

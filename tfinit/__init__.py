@@ -12,7 +12,6 @@ import importlib
 
 from tfinit import _versions  # noqa: F401  (first: refuses an untested Keras/TensorFlow)
 from tfinit import _backend
-from tfinit.registry import fill_ops
 from tfinit.fills import (
     ConstantFill,
     DiagonalFill,
@@ -29,6 +28,7 @@ from tfinit.fills import (
     UniformIntFill,
     UniqueUniformFill,
     XavierFill,
+    fill_ops,
     get,
 )
 from tfinit.parameter_info import ParameterInfo

@@ -55,7 +55,7 @@ NEAREST_KERAS = {
 
 
 def _ops(args):
-    from tfinit import registry
+    from tfinit.fills import registry
 
     for name in registry.fill_ops():
         cls = registry.lookup(name)

@@ -23,12 +23,12 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, _fill_base, _init_net, _split_master, registry
+from tfinit import _backend, _fans, _init_net, _split_master
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import (Mode, PairSpec, active_spec, dtype_name, pair_spec,
                                parse_compute_dtype)
+from tfinit.fills import RandomFill, distributed, registry
 from tfinit.parameter_info import ParameterInfo, check_tags
-from tfinit.random_fills import RandomFill
 from tfinit.sources import open_source
 
 #: what needs TensorFlow here, named in the error on another backend
@@ -388,7 +388,7 @@ class _FP16PairInitializer(Initializer):
         """
         self._check_scope()
         dtype = self._check_dtype(dtype)
-        return _fill_base.distributed(
+        return distributed(
             keras.ops.cast(self._require_fill()(shape, "float32"), dtype), layout)
 
     def get_config(self):

@@ -6,13 +6,13 @@ UniformFill wants): ``OpCall``'s typed accessors refuse the others, as Caffe2's
 ``GetSingleArgument`` does. Shapes follow ``FillerOp``: a ``shape`` list, or the shape of
 input 0 plus ``extra_shape``, or input 0's values with ``input_as_shape=1``. Each output is
 claimed against the memory limit before it is allocated, and drawn from the ``tfinit`` fill
-classes through ``tfinit.registry`` (docs/caffe2-semantics.md).
+classes through ``tfinit.fills.registry`` (docs/caffe2-semantics.md).
 """
 
 import keras
 import numpy as np
 
-from tfinit import registry
+from tfinit.fills import registry
 from tfinit._caffe2_types import DataType, data_type
 from tfinit._exact import check_exact_cast
 from tfinit.caffe2._memory import blob_bytes

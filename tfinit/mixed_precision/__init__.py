@@ -50,8 +50,8 @@ weights of the same architecture load into a pseudo_fp16 model exactly (fine-tun
 from tfinit import _backend
 
 if _backend.name() == "jax":
-    # Keras's JAX backend (no TensorFlow): the same public names, docs/mixed-precision-jax.md
-    # lists what is not there yet.
+    # Keras's JAX backend (no TensorFlow): the same public names;
+    # docs/mixed-precision.md#on-kerass-jax-backend lists what is not there yet.
     from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
     from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
     from tfinit.mixed_precision._jax_scope import scope

@@ -1,0 +1,283 @@
+"""tfinit.mixed_precision on Keras's JAX backend (CI's JAX pass, TensorFlow blocked).
+
+The in-process tests run when the Keras backend is JAX; the Keras-parity matrix
+(tests/mixed_precision/test_keras_parity.py) checks training against Keras ``mixed_*`` on
+JAX. The files test
+runs both backends in subprocesses: a file written on one loads exactly on the other.
+"""
+
+import doctest
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import h5py
+import keras
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import REPO
+
+import tfinit
+
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+ON_JAX = keras.backend.backend() == "jax"
+jax_only = pytest.mark.skipif(not ON_JAX, reason="runs in CI's JAX pass (KERAS_BACKEND=jax)")
+SPECS = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
+         ("reverse", "float16"), ("reverse", "bfloat16")]
+NP16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+L = keras.layers
+
+
+@pytest.fixture
+def mp():
+    from tfinit import mixed_precision
+
+    return mixed_precision
+
+
+def _np(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def _model():
+    return keras.Sequential([keras.Input((6,)), L.Dense(8, activation="tanh"),
+                             L.BatchNormalization(), L.Dense(2)])
+
+
+@jax_only
+@pytest.mark.parametrize("mode, dtype", SPECS)
+def test_scope_pairs_with_the_exact_fp32_initializer_value(mp, mode, dtype):
+    init = tfinit.GaussianFill(std=0.3, seed=5)
+    with mp.scope(mode, compute_dtype=dtype):
+        dense = L.Dense(3, kernel_initializer=init)
+        dense.build((None, 4))
+    want = _np(tfinit.GaussianFill(std=0.3, seed=5)((4, 3), "float32"))
+    info = mp.parameter_info(dense.kernel)
+    assert info.param is dense.kernel and info.name == "kernel"
+    (key,) = info.blob_copy
+    other = info.blob_copy[key]
+    if mode == "pseudo_fp16":
+        assert key == "float32" and info.blob_copy[np.float32] is other
+        assert dense.kernel.dtype == dtype and other.dtype == "float32"
+        master, copy = _np(other), _np(dense.kernel)
+    else:
+        assert key == dtype and dense.kernel.dtype == "float32" and other.dtype == dtype
+        master, copy = _np(dense.kernel), _np(other)
+    assert master.tobytes() == want.tobytes()
+    assert copy.tobytes() == want.astype(NP16[dtype]).tobytes()
+    assert _np(dense(np.ones((2, 4), np.float32))).dtype == NP16[dtype]
+
+
+@jax_only
+@pytest.mark.parametrize("mode, dtype", SPECS)
+def test_normalization_state_stays_float32_and_unpaired(mp, mode, dtype):
+    """As Keras mixed_*: BatchNormalization's weights and statistics, Normalization.adapt's
+    statistics (issue 32 row 2) are float32 on the layers' own variables."""
+    data = np.random.default_rng(7).normal(1230.6175, 0.25, size=(64, 2)).astype("float32")
+    with mp.scope(mode, compute_dtype=dtype):
+        model = _model()
+        norm = L.Normalization()
+        norm.adapt(data)
+    bn = model.layers[1]
+    assert [w.dtype for w in bn.weights] == ["float32"] * 4
+    keras.config.set_dtype_policy(f"mixed_{dtype}")
+    try:
+        ref = L.Normalization()
+        ref.adapt(data)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert [w.dtype for w in norm.weights] == [w.dtype for w in ref.weights]
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(norm.get_weights(), ref.get_weights()))
+    for weight in [*bn.weights, *norm.weights]:
+        with pytest.raises(ValueError, match="no fp32 master/16-bit copy pair"):
+            mp.parameter_info(weight)
+
+
+@jax_only
+@pytest.mark.parametrize("mode, dtype", SPECS)
+def test_writes_reach_the_master_and_set_weights_is_lossless(mp, mode, dtype):
+    with mp.scope(mode, compute_dtype=dtype):
+        model = _model()
+    masters = mp.get_master_weights(model)
+    model.set_weights(model.get_weights())  # 16-bit arrays in pseudo_fp16: widened exactly
+    copies = [w.astype(np.float32) for w in model.get_weights()]
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), copies))
+    mp.set_master_weights(model, masters)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), masters))
+    kernel = model.layers[0].kernel
+    kernel.assign_add(np.full(kernel.shape, 1e-4, np.float32))
+    master = mp.get_master_weights(model)[0]
+    assert master.tobytes() == (masters[0] + np.float32(1e-4)).tobytes()
+    assert mp.sync_copies(model) == 4
+    with pytest.raises(ValueError, match="set_master_weights: Argument `weights` must hold 8"):
+        mp.set_master_weights(model, masters[:2])
+
+
+@jax_only
+def test_compile_wraps_and_a_step_with_an_overflow_is_skipped(mp):
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        model = keras.Sequential([keras.Input((2,)), L.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    opt = model.optimizer
+    assert isinstance(opt, mp.MasterWeightOptimizer) and opt.loss_scale == "auto"
+    opt.build(model.trainable_variables)
+    assert opt.dynamic  # "auto": the pairs are float16
+    before = mp.get_master_weights(model)
+    grads = [np.full((2, 1), np.inf, np.float16), np.ones((1,), np.float16)]
+    opt.apply(grads)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), before))
+    assert float(_np(opt.dynamic_scale)) == 2.0**14 and int(_np(opt.iterations)) == 0
+    opt.apply([np.ones((2, 1), np.float16), np.ones((1,), np.float16)])
+    assert int(_np(opt.iterations)) == 1
+    step = np.float32(0.1) * (np.float32(1.0) / np.float32(2.0**14))
+    assert mp.get_master_weights(model)[1].tobytes() == (before[1] - step).tobytes()
+
+
+@jax_only
+def test_refusals_name_the_fix(mp):
+    with pytest.raises(NotImplementedError, match="master='split' is not available"):
+        with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
+            pass
+    with pytest.raises(NotImplementedError, match="state_dtype='bfloat16'"):
+        mp.MasterWeightOptimizer(keras.optimizers.Adam(), state_dtype="bfloat16")
+    with pytest.raises(ValueError, match="Argument `loss_scale` must be"):
+        mp.MasterWeightOptimizer(keras.optimizers.Adam(), loss_scale=-1)
+    with pytest.raises(ValueError, match="already a loss-scale optimizer"):
+        mp.MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
+    half = keras.Variable(np.zeros((2,), np.float16), name="half")
+    with pytest.raises(ValueError, match="'half' is float16 without an fp32 master"):
+        mp.MasterWeightOptimizer(keras.optimizers.SGD()).build([half])
+    with pytest.raises(ValueError, match="argument `mode` must be one of"):
+        with mp.scope("fp8"):
+            pass
+
+
+@jax_only
+def test_pair_initializers_follow_their_own_scope_on_jax(mp):
+    """Issue 32 row 3 on JAX: inside its own scope the initializer pairs, elsewhere refuses."""
+    init = tfinit.PseudoFP16Initializer("GaussianFill", seed=3, compute_dtype="bfloat16")
+    with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
+        dense = L.Dense(2, kernel_initializer=init)
+        dense.build((None, 3))
+    want = _np(tfinit.GaussianFill(seed=3)((3, 2), "float32"))
+    assert _np(mp.parameter_info(dense.kernel).blob_copy["float32"]).tobytes() == want.tobytes()
+    with mp.scope("reverse", compute_dtype="bfloat16"):
+        with pytest.raises(ValueError, match="PseudoFP16Initializer.*scope\\('reverse'"):
+            L.Dense(2, kernel_initializer=init).build((None, 3))
+
+
+@pytest.mark.slow
+@jax_only
+@pytest.mark.parametrize("mode, dtype", SPECS)
+def test_files_store_the_masters_and_load_them_exactly(mp, tmp_path, mode, dtype):
+    keras.utils.set_random_seed(2)
+    with mp.scope(mode, compute_dtype=dtype):
+        model = _model()
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(16, 6)).astype("float32"), rng.normal(size=(16, 2)).astype("float32")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    model.fit(x, y, batch_size=8, verbose=0)
+    masters = mp.get_master_weights(model)
+    model.save(tmp_path / "m.keras")
+    model.save_weights(tmp_path / "m.weights.h5")
+    with h5py.File(tmp_path / "m.weights.h5") as h5:
+        stored = [np.asarray(h5[f"layers/{name}/vars/{i}"])
+                  for name, n in (("dense", 2), ("batch_normalization", 4), ("dense_1", 2))
+                  for i in range(n)]
+    # (model.weights: dense's 2, BatchNormalization's 4, dense_1's 2: the file's order)
+    assert [s.dtype for s in stored] == [np.float32] * 8
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(stored, masters))
+    with mp.scope(mode, compute_dtype=dtype):
+        loaded = keras.models.load_model(tmp_path / "m.keras")
+        other = _model()
+    other.load_weights(tmp_path / "m.weights.h5")
+    for got in (loaded, other):
+        assert all(a.tobytes() == b.tobytes()
+                   for a, b in zip(mp.get_master_weights(got), masters))
+    assert isinstance(loaded.optimizer, mp.MasterWeightOptimizer)
+    plain = _model()  # an fp32 Keras model reads the masters
+    plain.load_weights(tmp_path / "m.weights.h5")
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(plain.get_weights(), masters))
+
+
+@jax_only
+@pytest.mark.parametrize("name", ["scope", "parameter_info", "MasterWeightOptimizer",
+                                  "sync_copies", "get_master_weights", "set_master_weights"])
+def test_jax_docstring_examples_run(mp, name):
+    obj = getattr(mp, name)
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    assert tests and tests[0].examples and "Example:" in inspect.getdoc(obj)
+    failures = []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test, out=failures.append)
+    assert runner.summarize(verbose=False).failed == 0, "".join(failures)
+
+
+# ----------------------------------------------------------------- files across backends
+
+_WRITE = textwrap.dedent("""
+    import json, sys
+    import keras, numpy as np
+    from tfinit import mixed_precision as mp
+    mode, dtype, folder = sys.argv[1:4]
+    keras.utils.set_random_seed(4)
+    with mp.scope(mode, compute_dtype=dtype):
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                                  keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 6)).astype("float32"); y = rng.normal(size=(16, 2)).astype("float32")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=8, verbose=0)
+    model.save(folder + "/m.keras")
+    model.save_weights(folder + "/m.weights.h5")
+    np.savez(folder + "/masters.npz", *mp.get_master_weights(model))
+""")
+_READ = textwrap.dedent("""
+    import sys
+    import keras, numpy as np
+    from tfinit import mixed_precision as mp
+    mode, dtype, folder = sys.argv[1:4]
+    want = list(np.load(folder + "/masters.npz").values())
+    with mp.scope(mode, compute_dtype=dtype):
+        loaded = keras.models.load_model(folder + "/m.keras", compile=False)
+        other = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                                  keras.layers.BatchNormalization(), keras.layers.Dense(2)])
+    other.load_weights(folder + "/m.weights.h5")
+    for model in (loaded, other):
+        got = mp.get_master_weights(model)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want)), "masters differ"
+        assert model.layers[0].kernel.dtype == (dtype if mode == "pseudo_fp16" else "float32")
+    print("ok", keras.backend.backend())
+""")
+
+
+def _run(backend, script, *args):
+    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TFINIT_TEST_WITHOUT_TENSORFLOW", None)
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _tensorflow_installed():
+    import importlib.util
+
+    return os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") != "1" and \
+        importlib.util.find_spec("tensorflow") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("writer, reader", [("tensorflow", "jax"), ("jax", "tensorflow")])
+@pytest.mark.parametrize("mode, dtype", [("pseudo_fp16", "float16"), ("reverse", "bfloat16")])
+def test_a_file_written_on_one_backend_loads_exactly_on_the_other(tmp_path, writer, reader,
+                                                                  mode, dtype):
+    assert _tensorflow_installed()
+    _run(writer, _WRITE, mode, dtype, str(tmp_path))
+    assert "ok " + reader in _run(reader, _READ, mode, dtype, str(tmp_path))
