@@ -49,18 +49,8 @@ weights of the same architecture load into a pseudo_fp16 model exactly (fine-tun
 
 from tfinit import _backend
 
-if _backend.name() == "jax":
-    # Keras's JAX backend (no TensorFlow): the same public names;
-    # docs/mixed-precision.md#on-kerass-jax-backend lists what is not there yet.
-    from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
-    from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
-    from tfinit.mixed_precision._jax_scope import scope
-    from tfinit.mixed_precision._jax_weights import get_master_weights, set_master_weights
-    from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
-
-    __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
-               "get_master_weights", "set_master_weights", "PairPolicy", "PseudoFP16Policy"]
-else:
+# TensorFlow first: the API reference (griffe, reading the source) documents this branch
+if _backend.name() != "jax":
     _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
 
     from tfinit.mixed_precision._pairs import parameter_info, sync_copies
@@ -76,3 +66,14 @@ else:
     __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
                "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
                "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]
+else:
+    # Keras's JAX backend (no TensorFlow): the same public names;
+    # docs/mixed-precision.md#on-kerass-jax-backend lists what is not there yet.
+    from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
+    from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
+    from tfinit.mixed_precision._jax_scope import scope
+    from tfinit.mixed_precision._jax_weights import get_master_weights, set_master_weights
+    from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
+
+    __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
+               "get_master_weights", "set_master_weights", "PairPolicy", "PseudoFP16Policy"]
