@@ -101,3 +101,5 @@ def test_installed_wheel_runs_from_outside_the_repository(installed):
     assert example.startswith(venv)
     out = _run([str(bindir / "tfinit"), "inspect", example], cwd=elsewhere, env=env)
     assert "GivenTensorFill" in out
+    out = _run([str(bindir / "tfinit"), "--help"], cwd=elsewhere, env=env)
+    assert "usage: tfinit" in out and "convert" in out
