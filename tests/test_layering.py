@@ -26,15 +26,17 @@ def package(name, layers):
 
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
-    ["_versions", "_backend", "_fans", "_caffe2_types", "_args", "_precision", "_keras_internals",
-     "caffe2._large_floats", "caffe2._memory", "caffe2._op_args", "caffe2._progress"],
-    # exact casts; the records and sources of values; Caffe2 NetDefs read and written
-    ["_exact", "parameter_info", "sources", "_split_master", "caffe2._netdef"],
+    ["_versions", "_backend", "_fans", "_args", "_precision", "_keras_internals",
+     "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
+     "caffe2._progress"],
+    # the records and sources of values; Caffe2 NetDefs read and written
+    ["parameter_info", "sources", "_split_master", "caffe2._netdef"],
     # where create_param tracks its variables; the fill operators (one package)
     [
         "_init_net",
         package("fills", [
-            ["_caffe2_rng", "registry"],  # Caffe2's CPU streams in numpy; the op-name table
+            # exact casts; Caffe2's CPU streams in numpy; the op-name table
+            ["_exact", "_caffe2_rng", "registry"],
             ["_streams", "_base"],  # the random streams; the Fill base class
             ["_constant", "_random"],  # the fills, by what varies
         ]),

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from tfinit import sources
-from tfinit._caffe2_types import DATA_TYPES, NUMPY_DTYPES, DataType, data_type  # noqa: F401 (re-exported)
+from tfinit.caffe2._types import DATA_TYPES, NUMPY_DTYPES, DataType, data_type  # noqa: F401 (re-exported)
 from tfinit.caffe2._fill_args import OpCall
 from tfinit.caffe2._fill_ops import OPS, RANDOM_OPS, accepted_args, supported_ops  # noqa: F401 (re-exported)
 from tfinit.caffe2._memory import Limit, size_text

@@ -13,8 +13,8 @@ import keras
 import numpy as np
 
 from tfinit.fills import registry
-from tfinit._caffe2_types import DataType, data_type
-from tfinit._exact import check_exact_cast
+from tfinit.caffe2._types import DataType, data_type
+from tfinit.fills import check_exact_cast
 from tfinit.caffe2._memory import blob_bytes
 
 #: the arguments every FillerOp reads (the shape rules and the output type)

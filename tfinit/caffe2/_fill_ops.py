@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from tfinit._caffe2_types import NUMPY_DTYPES, DataType
+from tfinit.caffe2._types import NUMPY_DTYPES, DataType
 from tfinit.caffe2._fill_args import FILLER_ARGS, describe, dtype_error, exact
 
 #: ConstantFill's switch, in Caffe2's order

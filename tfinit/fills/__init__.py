@@ -27,14 +27,16 @@ The package (this module is its public face; ``tfinit.fills.X`` and ``tfinit.X``
 - ``_random``: the random fills; their stream (``rng="keras"`` or ``"caffe2"``) is a
   strategy object of ``_streams``, Caffe2's CPU stream is replayed by ``_caffe2_rng``.
 
-Outside the package: ``tfinit._args`` / ``tfinit._exact`` (argument checks, exact casts),
+- ``_exact``: exact casts (a value becomes a tensor only when the dtype holds it).
+
+Outside the package: ``tfinit._args`` (argument checks),
 ``tfinit._fans`` (fan rules, layouts), ``tfinit._backend`` (the backend-specific pieces).
 """
 
 import sys
 
 from tfinit._backend import tf_tensor_from_numpy
-from tfinit._exact import check_exact_cast
+from tfinit.fills._exact import check_exact_cast
 from tfinit.fills import registry  # noqa: F401  (the public submodule; also tfinit.registry)
 from tfinit.fills._base import Fill
 from tfinit.fills._base import distributed  # noqa: F401  (for tfinit.initializers)

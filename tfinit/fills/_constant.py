@@ -3,13 +3,14 @@ GivenTensor*Fill family.
 
 They draw nothing: what varies is where the values come from (a scalar, a count, a
 diagonal rule, a given array). Values are cast to the call's dtype only when the cast is
-exact (``tfinit._exact``).
+exact (``tfinit.fills._exact``).
 """
 
 import keras
 import numpy as np
 
-from tfinit import _args, _backend, _exact, _fans
+from tfinit import _args, _backend, _fans
+from tfinit.fills import _exact
 from tfinit.fills._base import Fill, register
 
 

@@ -13,7 +13,8 @@ import random as python_random
 import keras
 import numpy as np
 
-from tfinit import _args, _backend, _exact, _fans
+from tfinit import _args, _backend, _fans
+from tfinit.fills import _exact
 from tfinit.fills import _streams
 from tfinit.fills._base import Fill, register
 

@@ -17,7 +17,8 @@ import numbers
 import keras
 import numpy as np
 
-from tfinit import _backend, _exact, _fans
+from tfinit import _backend, _fans
+from tfinit.fills import _exact
 from tfinit.fills import _caffe2_rng
 
 _INT32 = np.iinfo(np.int32)
