@@ -45,8 +45,7 @@ def caffe2_tag(variable):
     """``"BIAS"`` or ``"WEIGHT"``: brew's tag for the parameter ``variable`` holds, from its
     name (``bias``, ``beta``, ``*_b`` are BIAS; a master ``P_fp32`` reads as ``P``)."""
     name = getattr(variable, "path", None) or getattr(variable, "name", "") or ""
-    name = name[:-2] if name.endswith(":0") else name
-    name = name.rsplit("/", 1)[-1]
+    name = without_output_index(name).rsplit("/", 1)[-1]
     for suffix in _COPY_SUFFIXES:
         if name.endswith(suffix):
             name = name[:-len(suffix)]
@@ -55,10 +54,14 @@ def caffe2_tag(variable):
     return "WEIGHT"
 
 
+def without_output_index(name):
+    """``name`` without TensorFlow's output index: ``"P"`` for ``"P:0"``."""
+    return name.removesuffix(":0")
+
+
 def variable_name(variable):
     """A variable's short name: ``"P"`` for a ``tf.Variable`` named ``"P:0"``."""
-    name = getattr(variable, "name", None) or str(variable)
-    return name[:-2] if name.endswith(":0") else name
+    return without_output_index(getattr(variable, "name", None) or str(variable))
 
 
 class ParameterInfo:

@@ -80,18 +80,18 @@ print("fit", first, last)
 assert last < 0.5 * first
 path = tf.train.Checkpoint(model=fmodel).write(os.path.join(tempfile.mkdtemp(), "ck"))
 # BatchNormalization keeps Keras's own uncast float32 weights (autocast=False): no pair.
-paired = [v for v in fmodel.trainable_variables if _pairs.lookup(v) is not None]
+paired = [v for v in fmodel.trainable_variables if _pairs.pair_of(v) is not None]
 assert len(paired) == 4 and len(fmodel.trainable_variables) == 6
-saved = [_pairs.master_of(_pairs.lookup(v)).numpy().tobytes() for v in paired]
+saved = [_pairs.master_of(_pairs.pair_of(v)).numpy().tobytes() for v in paired]
 for v in paired:  # clobber masters, then restore them
     with strategy.scope():
-        _pairs.master_of(_pairs.lookup(v)).assign(tf.zeros(v.shape))
+        _pairs.master_of(_pairs.pair_of(v)).assign(tf.zeros(v.shape))
 mp.sync_copies(fmodel)  # outside the strategy scope
-assert _pairs.copy_of(_pairs.lookup(fmodel.trainable_variables[0])).numpy().max() == 0
+assert _pairs.copy_of(_pairs.pair_of(fmodel.trainable_variables[0])).numpy().max() == 0
 tf.train.Checkpoint(model=fmodel).read(path).assert_consumed()
-assert saved == [_pairs.master_of(_pairs.lookup(v)).numpy().tobytes() for v in paired]
+assert saved == [_pairs.master_of(_pairs.pair_of(v)).numpy().tobytes() for v in paired]
 for v in paired:
-    i = _pairs.lookup(v)
+    i = _pairs.pair_of(v)
     for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values):
         np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
 print("OK")

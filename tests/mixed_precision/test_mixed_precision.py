@@ -23,7 +23,7 @@ def copy(v):
 def assert_copies_synced(variables):
     n = 0
     for v in variables:
-        info = _pairs.lookup(v)
+        info = _pairs.pair_of(v)
         if info is None:
             continue
         c, m = _pairs.copy_of(info), _pairs.master_of(info)
@@ -155,7 +155,7 @@ def test_scope_restores_policy_and_nests():
     assert inner.dtype == tf.float32 and tf.float16 in mp.parameter_info(inner).blob_copy
     assert outer.dtype == tf.bfloat16 and tf.float32 in mp.parameter_info(outer).blob_copy
     plain = tf.Variable(1.0)
-    assert _pairs.lookup(plain) is None and plain.dtype == tf.float32
+    assert _pairs.pair_of(plain) is None and plain.dtype == tf.float32
     # No Keras class was touched: a normalization layer outside the scope is plain.
     assert keras.layers.BatchNormalization().dtype_policy.name == before
 
@@ -166,7 +166,7 @@ def test_scope_restores_state_after_exception():
         with mp.scope():
             raise RuntimeError("boom")
     assert keras.config.dtype_policy().name == before
-    assert _pairs.lookup(tf.Variable(1.0)) is None
+    assert _pairs.pair_of(tf.Variable(1.0)) is None
 
 
 def test_normalization_layers_keep_fp32_and_explicit_fp32_untouched():
@@ -181,7 +181,7 @@ def test_normalization_layers_keep_fp32_and_explicit_fp32_untouched():
         dense32.build((None, 4))
     for v in bn.weights + ln.weights + gn.weights + dense32.weights:
         assert v.dtype == "float32", v.path
-        assert _pairs.lookup(v) is None
+        assert _pairs.pair_of(v) is None
     assert bn(np.ones((2, 4), np.float16)).dtype == tf.float16
 
 
@@ -190,7 +190,7 @@ def test_keras_variable_from_value_keeps_its_dtype():
         explicit32 = keras.Variable(np.ones(3, np.float32), dtype="float32")
         asked16 = keras.Variable(np.full(3, 0.1, np.float32), dtype="float16")
     assert explicit32.dtype == "float32" and explicit32.value.dtype == tf.float32
-    assert _pairs.lookup(explicit32) is None
+    assert _pairs.pair_of(explicit32) is None
     assert asked16.value.dtype == tf.float16
     np.testing.assert_array_equal(master(asked16).numpy(),
                                   np.full(3, 0.1, np.float16).astype(np.float32))
@@ -202,7 +202,7 @@ def test_non_floating_and_non_trainable_untouched():
         frozen = tf.Variable([1.0], trainable=False)
         d = tf.Variable([1.0], dtype=tf.float64)
     assert i.dtype == tf.int32 and frozen.dtype == tf.float32 and d.dtype == tf.float64
-    assert all(_pairs.lookup(v) is None for v in (i, frozen, d))
+    assert all(_pairs.pair_of(v) is None for v in (i, frozen, d))
 
 
 def test_raw_tf_module_in_scope():
@@ -602,7 +602,8 @@ def test_no_keras_class_changes_and_other_threads_are_untouched():
     thread.join()
     assert norm.gamma.dtype == "float32" and norm.moving_mean.dtype == "float32"
     assert other["norm"].dtype_policy.name == "float32"
-    assert other["dense"].kernel.dtype == "float32" and _pairs.lookup(other["dense"].kernel) is None
+    kernel = other["dense"].kernel
+    assert kernel.dtype == "float32" and _pairs.pair_of(kernel) is None
     assert [dict(vars(cls)) for cls in classes] == before
 
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import use_dtype_policy
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision import _pairs
 
@@ -504,113 +503,9 @@ def test_shared_weight_gradient_is_summed_in_fp32_like_keras():
 
 
 # ----------------------------------------------------------------- Keras parity (issue 22)
-
-
-def _keras_mixed(compute_dtype, build):
-    with use_dtype_policy(f"mixed_{compute_dtype}"):
-        return build()
-
-
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
-@pytest.mark.parametrize("mode, compute_dtype", SPECS)
-@pytest.mark.parametrize("rnn", ["LSTM", "GRU", "SimpleRNN"])
-def test_recurrent_gradient_in_tf_function_equals_keras_mixed(mode, compute_dtype, rnn):
-    """The read inside tf.while_loop: the gradient is accumulated in fp32, as Keras's cast."""
-    def build():
-        return keras.Sequential([keras.Input((6, 3)), getattr(keras.layers, rnn)(4)])
-
-    with mp.scope(mode, compute_dtype=compute_dtype):
-        ours = build()
-    ref = _keras_mixed(compute_dtype, build)
-    _perturb(ours)
-    ref.set_weights(mp.get_master_weights(ours))
-    x = np.random.default_rng(1).normal(size=(5, 6, 3)).astype("f4")
-
-    @tf.function
-    def gradients(model):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.cast(model(x), tf.float32) ** 2)
-        return tape.gradient(loss, model.trainable_variables)
-
-    for a, b in zip(gradients(ours), gradients(ref)):
-        assert a.dtype == tf.float32 and a.numpy().tobytes() == b.numpy().tobytes()
-
-
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
-@pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_regularizer_penalty_is_computed_on_the_masters(mode, compute_dtype):
-    def build():
-        return keras.Sequential([keras.Input((300,)), keras.layers.Dense(
-            300, kernel_regularizer=keras.regularizers.L2(1e-5))])
-
-    with mp.scope(mode, compute_dtype=compute_dtype):
-        ours = build()
-    ref = _keras_mixed(compute_dtype, build)
-    ref.set_weights(_perturb(ours))
-    (penalty,), (want,) = ours.losses, ref.losses
-    assert penalty.dtype == tf.float32 and np.isfinite(penalty.numpy())
-    assert penalty.numpy().tobytes() == want.numpy().tobytes()
-    # Its gradient reaches the variable in fp32, beside the layer's own.
-    with tf.GradientTape() as tape:
-        loss = tf.add_n(ours.losses)
-    grad = tape.gradient(loss, ours.layers[0].kernel)
-    master = mp.get_master_weights(ours)[0]
-    assert grad.dtype == tf.float32
-    np.testing.assert_allclose(grad.numpy(), 2e-5 * master, rtol=1e-6)
-
-
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
-@pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_adapted_statistics_keep_fp32(mode, compute_dtype, tmp_path):
-    data = (np.random.default_rng(0).normal(size=(64, 2)) + 1230.6175).astype("f4")
-    ref = _keras_mixed(compute_dtype, keras.layers.Normalization)
-    ref.adapt(data)
-    with mp.scope(mode, compute_dtype=compute_dtype):
-        ours = keras.Sequential([keras.Input((2,)), keras.layers.Normalization()])
-        ours.layers[0].adapt(data)
-    for have, want in zip(mp.get_master_weights(ours), ref.get_weights()):
-        assert have.tobytes() == want.tobytes()
-    ours.save(tmp_path / "n.keras")
-    with mp.scope(mode, compute_dtype=compute_dtype):
-        again = keras.models.load_model(tmp_path / "n.keras")
-    for have, want in zip(mp.get_master_weights(again), ref.get_weights()):
-        assert have.tobytes() == want.tobytes()
-    assert ours(data[:4]).numpy().tobytes() == ref(data[:4]).numpy().tobytes()
-
-
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
-@pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_policy_survives_three_generations_of_files(mode, compute_dtype, tmp_path):
-    with mp.scope(mode, compute_dtype=compute_dtype):
-        model = _mlp()
-    masters = _perturb(model)
-    for generation in range(3):
-        path = tmp_path / f"g{generation}.keras"
-        model.save(path)
-        with pytest.raises(ValueError, match="tfinit.mixed_precision.scope"):
-            keras.models.load_model(path)
-        with mp.scope(mode, compute_dtype=compute_dtype):
-            model = keras.models.load_model(path)
-        assert all(isinstance(layer.dtype_policy, mp.PairPolicy)
-                   for layer in model.layers if _pairs.pairs_of(layer.weights))
-        assert [a.tobytes() for a in masters] == _masters(model)
-
-
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
-@pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_bidirectional_lstm_trains_in_fit_with_jit(mode, compute_dtype):
-    x = np.random.default_rng(2).normal(size=(8, 5, 3)).astype("f4")
-    y = np.random.default_rng(3).normal(size=(8, 1)).astype("f4")
-    with mp.scope(mode, compute_dtype=compute_dtype):
-        model = keras.Sequential([keras.Input((5, 3)),
-                                  keras.layers.Bidirectional(keras.layers.LSTM(4)),
-                                  keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", jit_compile=True)
-    before = _masters(model)
-    history = model.fit(x, y, epochs=3, batch_size=8, verbose=0)
-    changed = [a != b for a, b in zip(before, _masters(model))]
-    assert all(changed) and history.history["loss"][-1] < history.history["loss"][0]
-    _assert_copies_synced(model)
+# The parity matrix (tests/mixed_precision/test_keras_parity.py) holds the recurrent,
+# regularizer, Normalization.adapt, file-generation and jit checks once; here only what it
+# does not: a converted Caffe2 net trained in a scope.
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)

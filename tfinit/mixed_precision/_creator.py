@@ -29,6 +29,7 @@ from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
 from tfinit.initializers import create_pair
+from tfinit.parameter_info import without_output_index
 from tfinit.mixed_precision import _checkpoint, _pairs, _state, _variable
 from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
 from tfinit.mixed_precision._policy import PairPolicy
@@ -244,8 +245,7 @@ def _create(state, next_creator, **kwargs):
         if value is None:
             value = tf.convert_to_tensor(initial_value() if callable(initial_value)
                                          else initial_value, dtype=requested)
-    name = kwargs.get("name") or "Variable"
-    name = name[:-2] if name.endswith(":0") else name
+    name = without_output_index(kwargs.get("name") or "Variable")
 
     def make_variable(**overrides):
         return next_creator(**dict(kwargs, **overrides))

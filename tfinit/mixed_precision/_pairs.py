@@ -246,11 +246,6 @@ def pair_of(variable):
     return pair
 
 
-def lookup(variable):
-    """The ParameterInfo (the :class:`Pair`) of a paired variable, or None."""
-    return pair_of(variable)
-
-
 def _pair_of_info(info):
     if not isinstance(info, Pair):
         raise ValueError(f"ParameterInfo {info.name!r} is not a master/copy pair.")

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfinit import _keras_internals as internals
 from tfinit.mixed_precision import _pairs, _state
+from tfinit.parameter_info import without_output_index
 
 
 def _plain_optimizer_error(variable):
@@ -214,9 +215,7 @@ def keep_state_in(optimizer, dtype):
 
 
 def _short_name(variable):
-    name = getattr(variable, "name", None) or "Variable"
-    name = name.split("/")[-1]
-    return name[:-2] if name.endswith(":0") else name
+    return without_output_index(getattr(variable, "name", None) or "Variable").split("/")[-1]
 
 
 class _MasterPenalty:
