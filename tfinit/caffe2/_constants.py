@@ -6,9 +6,16 @@ Concat's ``split_info``) is an int vector known when the model is planned, so th
 is built like one with the argument; a shape computed at run time is refused.
 """
 
+import math
+
 import numpy as np
 
 from tfinit.caffe2._op_args import Unsupported, ints
+
+
+def known_size(dims):
+    """The number of elements of ``dims``; ``math.inf`` when one is None (unknown)."""
+    return math.inf if None in dims else math.prod(dims)
 
 
 def reshape_target(b, op):
