@@ -48,7 +48,7 @@ class Caffe2TimeMajor(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
-    >>> from tfinit.caffe2._sequence import Caffe2TimeMajor
+    >>> from tfinit.caffe2 import Caffe2TimeMajor
     >>> tuple(Caffe2TimeMajor("time_major")(np.zeros((4, 5, 26), "float32")).shape)
     (5, 4, 26)
     >>> tuple(Caffe2TimeMajor("batch_major", state=True)(np.zeros((1, 4, 16))).shape)
