@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import caffe2_nets as nets
-from tfinit.caffe2 import Caffe2LSTM, NetDef, Operator, read_netdef, to_keras
+from tfinit.caffe2 import Caffe2LSTM, NetDef, Operator, check_forward, read_netdef, to_keras
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 
@@ -86,6 +86,20 @@ def test_batch_major_model_computes_caffe2s_blobs_transposed(char_rnn):
     for blob, out in zip(["softmax", "LSTM/hidden_state_all"], probe(_batch_major_feed(ref))):
         np.testing.assert_allclose(np.asarray(out), ref[f"blob/{blob}"].transpose(1, 0, 2),
                                    rtol=1e-4, atol=1e-5, err_msg=blob)
+
+
+def test_check_forward_of_the_batch_major_model_compares_caffe2s_blobs(char_rnn):
+    predict, init, ref = char_rnn
+    report = check_forward(predict, init, ref, time_major=False)
+    default = check_forward(predict, init, ref)
+    assert report.ok and default.ok, str(report)
+    assert [c.blob for c in report.blobs] == [c.blob for c in default.blobs]
+    assert len(report.blobs) == 9 and report.skipped == default.skipped
+    assert [c.shape for c in report.blobs] == [c.shape for c in default.blobs]  # Caffe2's
+    changed = {**ref, "blob/LSTM/cell_state_last": ref["blob/LSTM/cell_state_last"] + 1e-2}
+    wrong = check_forward(predict, init, changed, time_major=False)
+    assert wrong.first_divergent.blob == "LSTM/cell_state_last"
+    assert sum(not c.ok for c in wrong.blobs) == 1
 
 
 def test_time_major_default_keeps_caffe2s_layout_with_distinct_output_names(char_rnn):
