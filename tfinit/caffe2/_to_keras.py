@@ -355,10 +355,10 @@ def model_of(b, net, outputs=None, verbose=0):
     name = b.name(net.name or "caffe2_net")
     model = _model(b, name, results)
     names = model.output_names if len(results) > 1 else []
-    if any(names.count(name) > 1 for name in names):  # a layer with several outputs
+    if any(names.count(given) > 1 for given in names):  # a layer with several outputs
         results = [keras.layers.Identity(name=b.name(blob))(tensor)
-                   if names.count(name) > 1 else tensor
-                   for blob, tensor, name in zip(outputs, results, names)]
+                   if names.count(given) > 1 else tensor
+                   for blob, tensor, given in zip(outputs, results, names)]
         model = _model(b, name, results)
     present = {layer.name for layer in model.layers}
     load_into_keras(model, b.params,
