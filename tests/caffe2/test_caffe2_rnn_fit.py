@@ -156,6 +156,21 @@ def test_shorter_seq_lengths_keep_the_last_state_batch_major(char_rnn):
     np.testing.assert_array_equal(last[1], every[1, 1])  # the second sequence ended at step 2
 
 
+@pytest.mark.parametrize("shape", [[-1, 26], [-1, 0, 13], [0, 0, -1], [0, -1]])
+def test_a_reshape_of_time_major_blobs_runs_as_caffe2s_with_a_free_batch(char_rnn, shape):
+    # N is unknown when the model is built: the reshape (and its old shape) is done at run
+    # time on Caffe2's time-major blob, and comes out as Caffe2 holds it.
+    predict, init, ref = char_rnn
+    net = read_netdef(predict)
+    net.ops[4].args["shape"] = np.array(shape)
+    model = to_keras(net, init, BATCH_MAJOR, ["softmax_reshaped", "_"], time_major=False)
+    reshaped, old = (np.asarray(out) for out in model(_batch_major_feed(ref)))
+    softmax = ref["blob/softmax"]
+    target = [softmax.shape[k] if v == 0 else v for k, v in enumerate(shape)]
+    np.testing.assert_allclose(reshaped, softmax.reshape(target), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(old, ref["blob/_"])
+
+
 def test_what_has_no_batch_major_form_is_refused(char_rnn):
     predict, init, ref = char_rnn
     with pytest.raises(TypeError, match=r"`time_major` must be a bool.*time_major='no'"):
