@@ -65,7 +65,7 @@ LAYERS = [
             ["_conv_form"],  # the layers of one Conv
             ["_ops"],
             ["_plan", "_recurrent"],
-            ["_keras"],
+            ["_keras", "_sequence"],  # weights into layers; batch-major sequences
             ["_to_keras"],
             ["_check"],
             ["_cli"],

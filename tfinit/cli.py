@@ -174,7 +174,7 @@ def _convert(args):
     return _cli.convert(
         args.init_net, args.predict_net, args.output, args.input_shape, error=UsageError,
         input_format=args.input_format, check=args.check, rtol=args.rtol, atol=args.atol,
-        progress=_progress(args), max_bytes=args.max_bytes,
+        progress=_progress(args), max_bytes=args.max_bytes, time_major=not args.batch_major,
     )
 
 
@@ -273,6 +273,12 @@ def build_parser():
         choices=["channels_first", "channels_last"],
         default=None,
         help="layout of the model's image inputs/outputs (default: the net's order)",
+    )
+    convert.add_argument(
+        "--batch-major",
+        action="store_true",
+        help="a net with a RecurrentNetwork: sequences [N, T, ...] and states [N, H] as "
+        "keras.layers.LSTM has them, for fit (default: Caffe2's time-major [T, N, ...])",
     )
     convert.add_argument(
         "--check",

@@ -120,6 +120,19 @@ def test_convert_check_reports_every_blob_of_a_real_net(tmp_path, capsys):
     assert out.exists()
 
 
+def test_convert_batch_major_checks_against_caffe2s_time_major_blobs(tmp_path, capsys):
+    out = tmp_path / "char_rnn.keras"
+    forward = str(nets.realmodels_dir() / "char_rnn_forward.npz")
+    assert main(["convert", *_real("char_rnn"), str(out), "--batch-major", "--check",
+                 forward]) == 0
+    text = capsys.readouterr().out
+    assert "all 9 blobs match Caffe2" in text and "Caffe2TimeMajor" in text
+    assert "input [(None, None, 26), (None, 16), (None, 16), (None,)]" in text
+    model = keras.saving.load_model(out)
+    assert model.output_names == ["LSTM_hidden_state_last", "LSTM_cell_state_all",
+                                  "LSTM_cell_state_last", "softmax_reshaped", "_"]
+
+
 def test_convert_check_exits_nonzero_past_the_tolerance(tmp_path, capsys):
     folder = nets.realmodels_dir()
     ref = dict(np.load(folder / "char_rnn_forward.npz", allow_pickle=False))

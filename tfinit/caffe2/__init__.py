@@ -30,6 +30,7 @@ from tfinit.caffe2._layers import (
     Caffe2Split,
 )
 from tfinit.caffe2._lstm import Caffe2LSTM
+from tfinit.caffe2._sequence import Caffe2TimeMajor
 from tfinit.caffe2._learning_rate import Caffe2LearningRate, learning_rate
 from tfinit.caffe2._learning_rate import policies as learning_rate_policies
 
@@ -45,6 +46,7 @@ __all__ = [
     "Caffe2Reshape",
     "Caffe2ShapeInfo",
     "Caffe2Split",
+    "Caffe2TimeMajor",
     "CheckReport",
     "check_forward",
     "DATA_TYPES",

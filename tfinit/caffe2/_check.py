@@ -17,6 +17,7 @@ from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
 from tfinit.caffe2._ops import TO_NCHW, TO_NHWC
+from tfinit.caffe2._sequence import SEQUENCE, STATE, input_roles
 from tfinit.caffe2._to_keras import build, data_inputs, model_of, net_layout
 
 
@@ -164,7 +165,26 @@ def _compare(blob, actual, expected, rtol, atol):
                      tol, ok)
 
 
-def _feeds(net, reference, where, input_format, params):
+def _batch_major(array, role, blob):
+    """Caffe2's time-major ``array`` as ``to_keras(time_major=False)`` takes it."""
+    if role == SEQUENCE:
+        return array.transpose(1, 0, *range(2, array.ndim))
+    if role == STATE:
+        if array.ndim < 2 or array.shape[0] != 1:
+            raise ValueError(f"check_forward: the initial state '{blob}' must be Caffe2's "
+                             f"[1, N, H]. Received: shape {list(array.shape)}")
+        return array[0]
+    return array
+
+
+def _time_major(array, role):
+    """A batch-major model output in Caffe2's time-major form."""
+    if role == SEQUENCE:
+        return array.transpose(1, 0, *range(2, array.ndim))
+    return array[None] if role == STATE else array
+
+
+def _feeds(net, reference, where, input_format, params, time_major=True):
     data = data_inputs(net, params)
     missing = [blob for blob in data if f"input/{blob}" not in reference]
     if missing:
@@ -174,6 +194,9 @@ def _feeds(net, reference, where, input_format, params):
     target = {"channels_first": "NCHW", "channels_last": "NHWC"}.get(input_format, layout)
     feeds = {blob: _to_layout(np.asarray(reference[f"input/{blob}"]), layout, target)
              for blob in data}
+    if not time_major:
+        roles = input_roles(net, data)
+        feeds = {blob: _batch_major(array, roles[blob], blob) for blob, array in feeds.items()}
     return feeds, layout, target
 
 
@@ -181,21 +204,28 @@ def _reference_params(reference):
     return {k[6:]: v for k, v in reference.items() if k.startswith("param/")}
 
 
-def reference_input_shape(predict_net, forward, input_format=None, params=None):
+def reference_input_shape(predict_net, forward, input_format=None, params=None,
+                          time_major=True):
     """The ``input_shape`` for :func:`to_keras` that a reference file's inputs have.
 
     The data inputs are the blobs the net reads that are not parameters: ``params`` (the
-    init net's blobs; by default the file's ``param/<blob>`` keys) are not data.
+    init net's blobs; by default the file's ``param/<blob>`` keys) are not data;
+    ``time_major=False``: the batch-major shapes, a sequence's time axis ``None`` (free).
     """
     reference, where = _load_reference(forward)
     if params is None:
         params = _reference_params(reference)
-    feeds = _feeds(read_netdef(predict_net), reference, where, input_format, params)[0]
+    net = read_netdef(predict_net)
+    feeds = _feeds(net, reference, where, input_format, params, time_major)[0]
+    if not time_major:
+        roles = input_roles(net, list(feeds))
+        return {blob: (None, *array.shape[2:]) if roles[blob] == SEQUENCE else array.shape[1:]
+                for blob, array in feeds.items()}
     return {blob: array.shape[1:] for blob, array in feeds.items()}
 
 
 def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, atol=None, *,
-                  max_bytes=None):
+                  max_bytes=None, time_major=True):
     """Run the converted net on a reference file's inputs; compare every stored blob.
 
     The reference holds what was fed to Caffe2 (``input/<blob>``) and what its predict
@@ -215,6 +245,8 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
         input_format: as in :func:`to_keras` (inputs and blobs are moved to it).
         rtol, atol: the tolerance; ``atol=None`` is ``max(1e-5, 1e-4 * max|y|)`` per blob.
         max_bytes: as in :func:`to_keras`: the most bytes one example of a blob may take.
+        time_major: as in :func:`to_keras`; ``False`` checks the batch-major model: the
+            file's time-major inputs are fed batch-major and its outputs moved back.
 
     Returns:
         A :class:`CheckReport`; ``report.ok`` is False past the tolerance and
@@ -246,10 +278,11 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
     else:
         params = init_net if isinstance(init_net, Mapping) else load_init_net(
             init_net, max_bytes=max_bytes)
-    feeds, layout, target = _feeds(net, reference, where, input_format, params)
-    b = build(net, params, {blob: array.shape[1:] for blob, array in feeds.items()},
-              input_format, limit=Limit(max_bytes, "check_forward"))
+    feeds, layout, target = _feeds(net, reference, where, input_format, params, time_major)
     stored = [key[5:] for key in reference if key.startswith("blob/")]
+    b = build(net, params, {blob: array.shape[1:] for blob, array in feeds.items()},
+              input_format, limit=Limit(max_bytes, "check_forward"), time_major=time_major,
+              reserve=stored)
     compared = sorted((blob for blob in stored if blob in b.blobs), key=lambda x: b.writer[x])
     skipped = {blob: b.opaque.get(blob, "the converted net does not write it")
                for blob in stored if blob not in b.blobs}
@@ -263,7 +296,9 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     checks = []
     for blob, out in zip(compared, outs):
-        actual = _to_layout(np.asarray(out), target, layout)
+        role = b.roles.get(blob)
+        actual = _time_major(np.asarray(out), role) if role else _to_layout(
+            np.asarray(out), target, layout)
         check = _compare(blob, actual, np.asarray(reference[f"blob/{blob}"]), rtol, atol)
         k = b.writer[blob]
         check.op = f"op #{k} {net.ops[k].type}"

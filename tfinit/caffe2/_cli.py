@@ -137,13 +137,14 @@ def parse_input_shape(values):
 
 
 def convert(init_net, predict_net, output, input_shape, error=ValueError, input_format=None,
-            check=None, rtol=1e-4, progress=False, max_bytes=None, atol=None):
+            check=None, rtol=1e-4, progress=False, max_bytes=None, atol=None, time_major=True):
     """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras).
 
     ``check``: a forward ``.npz`` (``input/``, ``blob/`` keys): the model is also checked
     blob by blob (:func:`check_forward`); returns 1 when a blob diverges, else 0.
     ``progress``: progress bars on stderr (reading, replaying, converting, assigning);
-    ``max_bytes``: the memory limit of ``load_init_net`` and ``to_keras``.
+    ``max_bytes``: the memory limit of ``load_init_net`` and ``to_keras``;
+    ``time_major=False``: a recurrent net's batch-major form (``--batch-major``).
     """
     if not str(output).endswith(".keras"):
         raise error(f"Argument `output` must end in .keras. Received: output={output}")
@@ -161,14 +162,15 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError, input_
         with _to_stderr(progress):  # read once: the blobs it fills are parameters
             params = load_init_net(init_net, max_bytes=max_bytes, verbose=int(progress))
         if shape is None:
-            shape = reference_input_shape(predict_net, check, input_format, params=params)
+            shape = reference_input_shape(predict_net, check, input_format, params=params,
+                                          time_major=time_major)
         with _to_stderr(progress):
             model = to_keras(predict_net, params, shape, input_format=input_format,
-                             max_bytes=max_bytes, verbose=int(progress))
+                             max_bytes=max_bytes, verbose=int(progress), time_major=time_major)
         model.save(output)
         report = None if check is None else check_forward(
             predict_net, params, check, input_format=input_format, rtol=rtol, atol=atol,
-            max_bytes=max_bytes)
+            max_bytes=max_bytes, time_major=time_major)
     except _USER_ERRORS as err:
         raise error(str(err).splitlines()[0]) from None
     print(f"wrote {output}: {len(model.layers)} layers, {model.count_params()} parameters, "

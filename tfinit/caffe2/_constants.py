@@ -6,9 +6,23 @@ Concat's ``split_info``) is an int vector known when the model is planned, so th
 is built like one with the argument; a shape computed at run time is refused.
 """
 
+import math
+
 import numpy as np
 
 from tfinit.caffe2._op_args import Unsupported, ints
+
+
+def keeps_first_axis(shape, dims):
+    """Whether Caffe2's Reshape to ``shape`` keeps the first axis of a blob of ``dims`` (a
+    Keras Reshape); not when a dim past the first is unknown (``N`` of a batch-major
+    sequence converted time-major): then it is reshaped at run time."""
+    if None in dims[1:]:
+        return False
+    if shape[0] == 0:
+        return True
+    target = [dims[k] if v == 0 else v for k, v in enumerate(shape) if k]
+    return shape[0] == -1 and -1 not in shape[1:] and math.prod(target) == math.prod(dims[1:])
 
 
 def reshape_target(b, op):

@@ -290,7 +290,9 @@ class Caffe2ShapeInfo(keras.layers.Layer):
     its inputs along the axis) or Reshape's ``old_shape`` (int64).
 
     ``values`` are known when the model is built; ``batch_index`` names the entry that is
-    the batch size, read from the input at run time (None: all entries are constant).
+    the batch size, read from the input at run time (None: all entries are constant);
+    with it, entries ``-1`` (dims unknown when built: ``N`` of a batch-major sequence
+    converted time-major) are read at run time too.
     ``to_keras`` uses it so that a net returning such a blob gets Caffe2's values.
 
     Args:
@@ -321,9 +323,12 @@ class Caffe2ShapeInfo(keras.layers.Layer):
         values = keras.ops.convert_to_tensor(self.values, dtype=self.dtype_name)
         if self.batch_index is None:
             return values
-        batch = keras.ops.cast(keras.ops.shape(x)[0], self.dtype_name)
-        one_hot = keras.ops.one_hot(self.batch_index, len(self.values), dtype=self.dtype_name)
-        return values * (1 - one_hot) + batch * one_hot
+        for k, value in enumerate(self.values):
+            if k == self.batch_index or value == -1:
+                dim = keras.ops.cast(keras.ops.shape(x)[k], self.dtype_name)
+                one_hot = keras.ops.one_hot(k, len(self.values), dtype=self.dtype_name)
+                values = values * (1 - one_hot) + dim * one_hot
+        return values
 
     def compute_output_shape(self, input_shape):
         return (len(self.values),)

@@ -13,7 +13,7 @@ import re
 import keras
 import numpy as np
 
-from tfinit.caffe2._constants import reshape_target
+from tfinit.caffe2._constants import keeps_first_axis, reshape_target
 from tfinit.caffe2._conv_form import conv_layers
 from tfinit.caffe2._memory import Limit, blob_bytes
 from tfinit.caffe2._op_args import (
@@ -552,9 +552,7 @@ def _reshape(b, op, x, *_shape_input):  # a run-time shape input is refused belo
             0 in shape and max(k for k, v in enumerate(shape) if v == 0) >= len(dims)):
         raise ValueError(f"shape={shape} is not a Caffe2 Reshape target for a "
                          f"{len(dims)}-D blob")
-    keeps_batch = shape[0] == 0 or (shape[0] == -1 and -1 not in shape[1:] and math.prod(
-        dims[k] if v == 0 else v for k, v in enumerate(shape) if k) == math.prod(dims[1:]))
-    if keeps_batch:
+    if keeps_first_axis(shape, dims):
         target = [dims[k] if v == 0 else v for k, v in enumerate(shape) if k > 0]
         y = keras.layers.Reshape(tuple(target), name=name)(x)
     else:

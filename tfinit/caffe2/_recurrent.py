@@ -42,6 +42,18 @@ def lengths_input(op):
     return outer[0]
 
 
+def io_blobs(op):
+    """``(sequence, initial states, seq_lengths or None, {output: alias offset})``: the
+    blobs a RecurrentNetwork reads and writes, by role (``to_keras(time_major=False)``)."""
+    fc, add, _ = _step_ops(op)
+    links = dict(zip(_strings(op, "link_internal"), _strings(op, "link_external")))
+    seq_internal = next((blob for blob in add.inputs if blob != fc.outputs[0]), None)
+    states = [op.inputs[k] for k in _ints(op, "initial_recurrent_state_ids")
+              if k < len(op.inputs)]
+    offsets = dict(zip(_strings(op, "alias_dst"), _ints(op, "alias_offset")))
+    return links.get(seq_internal), states, lengths_input(op), offsets
+
+
 def _step_ops(op):
     step = op.args.get("step_net")
     if step is None or not hasattr(step, "ops"):

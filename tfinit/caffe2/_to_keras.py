@@ -8,14 +8,16 @@ The op semantics matched are in docs/caffe2-ops.md.
 from collections.abc import Mapping
 
 import keras
+import numpy as np
 
-from tfinit.caffe2 import _ops, _plan
+from tfinit.caffe2 import _ops, _plan, _sequence
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._keras import load_into_keras
 from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
 from tfinit.caffe2._progress import Progress, check_verbose
 from tfinit.caffe2._recurrent import lengths_input, lstm, param_slots
+from tfinit.caffe2._sequence import LENGTHS, SEQUENCE, STATE
 from tfinit.caffe2._shared import shared_blobs
 
 _HANDLERS = {**_ops.HANDLERS, "RecurrentNetwork": lstm}
@@ -108,20 +110,36 @@ def net_layout(net):
     return orders.pop() if orders else _ops.NCHW
 
 
-def _shape(value, what):
+def _shape(value, what, free_first=False):
     try:
-        shape = tuple(int(d) for d in value)
+        shape = tuple(None if free_first and k == 0 and d is None else int(d)
+                      for k, d in enumerate(value))
     except (TypeError, ValueError):
         raise TypeError(f"Argument `input_shape` must be a tuple of ints such as (3, 224, 224)"
                         f"{what}. Received: input_shape={value!r}") from None
-    if any(d <= 0 for d in shape):
+    if any(d is not None and d <= 0 for d in shape):
         raise ValueError(f"Argument `input_shape` must hold positive dimensions{what}. "
                          f"Received: input_shape={shape}")
     return shape
 
 
-def _input_shapes(input_shape, data):
-    """``{data input: per-example shape}`` from a tuple (one input) or a mapping."""
+def _input_shapes(input_shape, data, roles=None):
+    """``{data input: per-example shape}`` from a tuple (one input) or a mapping.
+
+    ``roles`` (``time_major=False``): a sequence's time axis may be None; a state's shape
+    must be ``(H,)`` and seq_lengths' ``()``."""
+    shapes = _given_shapes(input_shape, data, roles or {})
+    for blob, role in (roles or {}).items():
+        rank, what = {SEQUENCE: (None, "(T, D), T an int or None"), STATE: (1, "(H,)"),
+                      LENGTHS: (0, "()")}[role]
+        if (len(shapes[blob]) < 2) if rank is None else (len(shapes[blob]) != rank):
+            raise ValueError(f"Argument `input_shape` for '{blob}' (a RecurrentNetwork's "
+                             f"{role}) must be {what} with time_major=False, batch-major as "
+                             f"keras.layers.LSTM takes it. Received: {shapes[blob]}")
+    return shapes
+
+
+def _given_shapes(input_shape, data, roles):
     if isinstance(input_shape, Mapping):
         unknown = sorted(set(input_shape) - set(data))
         missing = [blob for blob in data if blob not in input_shape]
@@ -129,19 +147,32 @@ def _input_shapes(input_shape, data):
             raise ValueError(f"Argument `input_shape` must map each data input of the net "
                              f"{data} to its per-example shape. Received keys "
                              f"{sorted(input_shape)} (missing {missing}, unknown {unknown})")
-        return {blob: _shape(input_shape[blob], f" for '{blob}'") for blob in data}
+        return {blob: _shape(input_shape[blob], f" for '{blob}'", roles.get(blob) == SEQUENCE)
+                for blob in data}
     if len(data) != 1:
         raise ValueError(f"Argument `input_shape` must be a mapping {{blob: shape}}: the net "
                          f"reads {len(data)} data inputs {data}. Received: "
                          f"input_shape={input_shape!r}")
-    shape = _shape(input_shape, "")
+    shape = _shape(input_shape, "", roles.get(data[0]) == SEQUENCE)
     if not shape:
         raise ValueError(f"Argument `input_shape` must not be empty for '{data[0]}'.")
     return {data[0]: shape}
 
 
 def _interface(b, tensor, base, inbound):
-    """Permute between the model's 4-D interface layout and the internal NHWC."""
+    """Permute between the model's 4-D interface layout and the internal NHWC; with
+    ``time_major=False``, move sequences and states to and from Caffe2's time-major form."""
+    if b.input_roles is not None:  # every output gets a layer named after its blob
+        role = b.input_roles[base] if inbound else b.roles.get(base)
+        if inbound and role in (SEQUENCE, STATE):
+            return _sequence.inbound(b, tensor, base, role)
+        if not inbound:
+            tensor = tensor if role else _image_interface(b, tensor, base, inbound)
+            return _sequence.outbound(b, tensor, base)
+    return _image_interface(b, tensor, base, inbound)
+
+
+def _image_interface(b, tensor, base, inbound):
     if len(tensor.shape) != 4 or b.io_layout == _ops.NHWC:
         return tensor
     perm = _ops.TO_NHWC if inbound else _ops.TO_NCHW
@@ -174,7 +205,7 @@ def _run_op(b, k, op):
 
 
 def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None, *,
-             max_bytes=None, verbose=0):
+             max_bytes=None, verbose=0, time_major=True):
     """A Keras model computing a Caffe2 predict net, with the init net's parameters.
 
     Args:
@@ -184,7 +215,9 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
             first axis: ``(C, H, W)`` for NCHW images, ``(H, W, C)`` with
             ``input_format="channels_last"``. A net reading several data inputs takes
             ``{blob: shape}`` (e.g. a time-major LSTM: ``{"input_blob": (N, D),
-            "seq_lengths": (), ...}``; Caffe2's first axis is then Keras's batch axis).
+            "seq_lengths": (), ...}``; Caffe2's first axis is then Keras's batch axis;
+            with ``time_major=False``: ``{"input_blob": (T, D), "hidden_init": (H,),
+            "cell_init": (H,), "seq_lengths": ()}``, ``T`` an int or None).
         outputs: blobs to return (default: the net's external outputs that hold
             tensors), e.g. intermediate blobs for checking a conversion; a blob written
             in place gives its last value, as Caffe2's workspace holds it.
@@ -199,6 +232,14 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
         verbose: ``0`` (silent), ``1`` (a ``keras.utils.Progbar`` while the init net is
             read and replayed, the ops are converted and the weights assigned) or ``2``
             (one line each when done), as in Keras's ``fit``.
+        time_major: ``True`` (default): a net with a RecurrentNetwork keeps Caffe2's
+            time-major blobs (``[T, N, D]``, ``T`` the Keras batch axis, ``N`` fixed by
+            ``input_shape``), so Caffe2's arrays feed it as they are. ``False``: Keras's
+            batch-major form, as ``keras.layers.LSTM`` takes it, for ``fit``: sequences
+            ``[N, T, ...]``, initial and last states ``[N, H]``, ``seq_lengths`` ``[N]``
+            (``N`` free); other blobs come out as Caffe2 holds them, and every output
+            is a layer named after its blob (``/`` as ``_``). Only for a net with a
+            RecurrentNetwork (docs/caffe2-import.md, "Training a converted recurrent net").
 
     Returns:
         A functional ``keras.Model`` with named inputs (the blob names); trainable,
@@ -207,8 +248,11 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
     Raises:
         ValueError: unsupported ops (all listed), bad arguments, an ``input_shape`` that
             does not fit the first op's weight, unknown output blobs, a blob over
-            ``max_bytes`` (named with its op, its shape and the bytes it needs).
-        TypeError: an ``input_shape`` that is not a tuple of ints.
+            ``max_bytes`` (named with its op, its shape and the bytes it needs);
+            ``time_major=False`` for a net without a RecurrentNetwork or with a data input
+            that is not its sequence, initial state or seq_lengths.
+        TypeError: an ``input_shape`` that is not a tuple of ints; a ``time_major`` that
+            is not a bool.
 
     Example:
 
@@ -233,18 +277,24 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
     net = read_netdef(predict_net)
     params = init_net if isinstance(init_net, Mapping) else load_init_net(
         init_net, max_bytes=max_bytes, verbose=verbose)
-    b = build(net, params, input_shape, input_format, limit=limit, verbose=verbose)
+    b = build(net, params, input_shape, input_format, limit=limit, verbose=verbose,
+              time_major=time_major, reserve=net.external_output if outputs is None else outputs)
     return model_of(b, net, outputs, verbose=verbose)
 
 
-def build(net, params, input_shape, input_format=None, limit=None, verbose=0):
+def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
+          time_major=True, reserve=()):
     """Convert every op of ``net``: a :class:`_ops.Builder` holding the Keras tensor of
     each blob (``b.blobs``), the op that last wrote it (``b.writer``) and the inputs.
     ``limit``: a :class:`_memory.Limit` on one example of a blob (default: the memory
-    available)."""
+    available); ``time_major=False``: the batch-major interface, the layer names of the
+    blobs ``reserve`` (the outputs to be) kept for the output layers."""
     if input_format not in (None, *_FORMATS):
         raise ValueError(f"Argument `input_format` must be 'channels_first', 'channels_last' "
                          f"or None. Received: input_format={input_format!r}")
+    if not isinstance(time_major, (bool, np.bool_)):
+        raise TypeError(f"Argument `time_major` must be a bool. Received: "
+                        f"time_major={time_major!r}")
     refusal = _plan.refusal(problems(net, params), _HANDLERS)
     if refusal:
         raise ValueError(refusal)
@@ -256,8 +306,10 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0):
     data = data_inputs(net, params)
     if not data:
         raise ValueError("to_keras: the predict net reads no data input.")
-    shapes = _input_shapes(input_shape, data)
+    roles = None if time_major else _sequence.input_roles(net, data)
+    shapes = _input_shapes(input_shape, data, roles)
     b = _ops.Builder(params, layout, limit)
+    b.input_roles, b.roles, b.reserved = roles, {}, set()
     b.shared = shared_blobs(net, params, _param_slots)  # one weight for each (_shared)
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
@@ -268,12 +320,23 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0):
                           dtype="int32" if blob in ints else "float32")
         b.inputs.append((blob, inp))
         b.blobs[blob] = _interface(b, inp, blob, inbound=True)
+    if roles is not None:
+        b.roles = _sequence.blob_roles(net, roles)
+        free = {_sequence.safe(blob) for blob in reserve} - b.used_names
+        b.used_names.update(free)
+        b.reserved = free
     bar = Progress(verbose, f"Converting the {len(net.ops)} ops of predict net "
                    f"{net.name or '(unnamed)'!r}", len(net.ops), "op")
     for k, op in enumerate(net.ops):
         _run_op(b, k, op)
         bar.update(k + 1)
     return b
+
+
+def _model(b, name, results):
+    inputs = [inp for _, inp in b.inputs]
+    return keras.Model(inputs if len(inputs) > 1 else inputs[0],
+                       results if len(results) > 1 else results[0], name=name)
 
 
 def model_of(b, net, outputs=None, verbose=0):
@@ -289,10 +352,14 @@ def model_of(b, net, outputs=None, verbose=0):
         raise ValueError(f"to_keras: output blob(s) {missing + opaque} are not tensors the "
                          f"net writes; blobs: {sorted(b.blobs)}.")
     results = [_interface(b, b.blobs[blob], blob, inbound=False) for blob in outputs]
-    inputs = [inp for _, inp in b.inputs]
-    model = keras.Model(inputs if len(inputs) > 1 else inputs[0],
-                        results if len(results) > 1 else results[0],
-                        name=b.name(net.name or "caffe2_net"))
+    name = b.name(net.name or "caffe2_net")
+    model = _model(b, name, results)
+    names = model.output_names if len(results) > 1 else []
+    if any(names.count(given) > 1 for given in names):  # a layer with several outputs
+        results = [keras.layers.Identity(name=b.name(blob))(tensor)
+                   if names.count(given) > 1 else tensor
+                   for blob, tensor, given in zip(outputs, results, names)]
+        model = _model(b, name, results)
     present = {layer.name for layer in model.layers}
     load_into_keras(model, b.params,
                     name_map={k: v for k, v in b.routes.items() if k in present},
