@@ -207,3 +207,10 @@ def test_tensorflow_is_obtained_one_way_in_these_modules():
             modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
                        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not [m for m in modules if m.split(".")[0] == "tensorflow"], name
+
+
+def test_every_module_stays_under_600_lines():
+    """Small modules with one job: a module past 600 lines is split before it lands."""
+    long = {str(p.relative_to(REPO)): n for p in sorted((REPO / "tfinit").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long

@@ -17,26 +17,9 @@ from tfinit.caffe2._constants import keeps_first_axis, reshape_target
 from tfinit.caffe2._conv_form import conv_layers
 from tfinit.caffe2._memory import Limit, blob_bytes
 from tfinit.caffe2._op_args import (
-    CEIL_MODE,
-    NCHW,
-    NHWC,
-    Unsupported,
-    aligned,
-    ceil_mode_pads,
-    check_fits,
-    check_global_pooling,
-    check_kernel_given,
-    check_pool_pads,
-    fc_weight_2d,
-    int_arg,
-    ints,
-    legacy_axis,
-    legacy_pad,
-    misfit,
-    op_order,
-    padded_shape,
-    same_pads,
-    window,
+    CEIL_MODE, NCHW, NHWC, Unsupported, aligned, ceil_mode_pads, check_fits, check_global_pooling,
+    check_kernel_given, check_pool_pads, fc_weight_2d, int_arg, ints, legacy_axis, legacy_pad,
+    misfit, op_order, padded_shape, same_pads, window,
 )
 from tfinit.caffe2._layers import (
     Caffe2Broadcast,
