@@ -194,3 +194,35 @@ def active_spec():
     """The :class:`PairSpec` of the innermost active scope in this thread, or None."""
     stack = scope_stack()
     return stack[-1].spec if stack else None
+
+
+def check_initializer_scope(name, spec, operator_name):
+    """A pair initializer (``name``, of ``spec``) used as a Keras initializer: the pair is
+    made by the active ``mixed_precision.scope``, so outside one a layer would get a plain
+    variable (no master, no copy), and a scope of another mode or dtype would silently
+    override the initializer's.
+
+    Raises:
+        RuntimeError: no scope is active.
+        ValueError: the active scope's mode or compute dtype is not ``spec``'s.
+    """
+    wanted = (f"tfinit.mixed_precision.scope({spec.mode.value!r}, "
+              f"compute_dtype={spec.compute_dtype!r})")
+    scope = active_spec()
+    if scope is None:
+        raise RuntimeError(
+            f"{name} used as a Keras initializer outside a mixed-precision scope: the "
+            f"layer would get a plain variable with no fp32 master and no 16-bit copy. "
+            f"Build the model inside `with {wanted}:` (it pairs every layer's weights; "
+            f"this initializer then gives the fp32 values), or create the pair with "
+            f"{name}(...).create_param(param_name=, shape=)."
+        )
+    if (scope.mode, scope.compute_dtype) != (spec.mode, spec.compute_dtype):
+        raise ValueError(
+            f"{name}(compute_dtype={spec.compute_dtype!r}) is a "
+            f"{spec.mode.value} {spec.compute_dtype} initializer, but it is used "
+            f"inside tfinit.mixed_precision.scope({scope.mode.value!r}, "
+            f"compute_dtype={scope.compute_dtype!r}), whose mode and dtype make the pair. "
+            f"Use the scope {wanted}, or an initializer that agrees with the scope "
+            f"(or a plain fill such as tfinit.get({operator_name!r}))."
+        )

@@ -25,7 +25,7 @@ import numpy as np
 
 from tfinit import _backend, _fans, _init_net, _split_master
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
-from tfinit._precision import (Mode, PairSpec, active_spec, dtype_name, pair_spec,
+from tfinit._precision import (Mode, PairSpec, check_initializer_scope, dtype_name, pair_spec,
                                parse_compute_dtype)
 from tfinit.fills import RandomFill, distributed, registry
 from tfinit.parameter_info import ParameterInfo, check_tags
@@ -353,32 +353,6 @@ class _FP16PairInitializer(Initializer):
         value = self._fill_for_param(layout)(shape, "float32")
         return create_pair(name, value, self.spec, trainable=trainable)
 
-    def _check_scope(self):
-        """As a Keras initializer, the pair is made by the active ``mixed_precision.scope``:
-        outside one a layer would get a plain variable (no master, no copy), and a scope of
-        another mode or dtype would silently override this initializer's."""
-        name = type(self).__name__
-        wanted = (f"tfinit.mixed_precision.scope({self.spec.mode.value!r}, "
-                  f"compute_dtype={self.spec.compute_dtype!r})")
-        scope = active_spec()
-        if scope is None:
-            raise RuntimeError(
-                f"{name} used as a Keras initializer outside a mixed-precision scope: the "
-                f"layer would get a plain variable with no fp32 master and no 16-bit copy. "
-                f"Build the model inside `with {wanted}:` (it pairs every layer's weights; "
-                f"this initializer then gives the fp32 values), or create the pair with "
-                f"{name}(...).create_param(param_name=, shape=)."
-            )
-        if (scope.mode, scope.compute_dtype) != (self.spec.mode, self.spec.compute_dtype):
-            raise ValueError(
-                f"{name}(compute_dtype={self.spec.compute_dtype!r}) is a "
-                f"{self.spec.mode.value} {self.spec.compute_dtype} initializer, but it is used "
-                f"inside tfinit.mixed_precision.scope({scope.mode.value!r}, "
-                f"compute_dtype={scope.compute_dtype!r}), whose mode and dtype make the pair. "
-                f"Use the scope {wanted}, or an initializer that agrees with the scope "
-                f"(or a plain fill such as tfinit.get({self.operator_name!r}))."
-            )
-
     def __call__(self, shape, dtype=None, layout=None):
         """The fill's values drawn in fp32, cast to ``dtype`` (default: the primary's).
 
@@ -386,7 +360,7 @@ class _FP16PairInitializer(Initializer):
             RuntimeError: called outside ``tfinit.mixed_precision.scope``.
             ValueError: called inside a scope of another mode or compute dtype.
         """
-        self._check_scope()
+        check_initializer_scope(type(self).__name__, self.spec, self.operator_name)
         dtype = self._check_dtype(dtype)
         return distributed(
             keras.ops.cast(self._require_fill()(shape, "float32"), dtype), layout)
