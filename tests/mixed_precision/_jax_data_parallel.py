@@ -6,11 +6,13 @@ For each mode and compute dtype: a model constructed in ``mp.scope`` under
 scaling for float16) from the same fp32 weights, on the same data, for the same steps as the
 oracle, the same model under Keras ``mixed_<dtype>`` with the same distribution. The masters
 must be bit-identical to the oracle's weights, the copies ``cast(master)``, and every master
-and copy replicated over both devices with the two replicas equal.
+and copy replicated over both devices with the two replicas equal; ``save_weights`` writes
+the masters, which a plain fp32 model under the same distribution loads exactly.
 """
 
 import os
 import sys
+import tempfile
 
 if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,5 +82,10 @@ for mode, dtype in SPECS:
         assert copy[0].dtype == dtype and master[0].dtype == np.float32, label
         assert master[0].astype(copy[0].dtype).tobytes() == copy[0].tobytes(), \
             (label, pair.param.path)
+    path = os.path.join(tempfile.mkdtemp(), "m.weights.h5")
+    mp.save_weights(model, path)
+    plain = make()
+    plain.load_weights(path)
+    assert [w.tobytes() for w in plain.get_weights()] == [m.tobytes() for m in masters], label
     print(label, "masters bit-identical to Keras mixed under DataParallel")
 print("OK")
