@@ -51,12 +51,13 @@ LAYERS = [
     # the packages above the initializers, peers: neither imports the other
     [
         package("mixed_precision", [
-            ["_caffe2_sgd", "_pairs", "_state"],  # the active scopes; the pair records
+            # the active scopes; the pair records; weight files seen through conversions
+            ["_caffe2_sgd", "_pairs", "_state", "_weight_files"],
             ["_checkpoint", "_policy", "_replicas", "_variable"],
             # JAX: the pair records made from built layers (no variable creator there)
             ["_optimizer", "_weights", "_jax_pairs"],
-            ["_callbacks", "_creator", "_jax_optimizer", "_jax_weights"],
-            ["_jax_scope"],
+            ["_creator", "_jax_optimizer", "_jax_weights"],
+            ["_callbacks", "_jax_scope"],  # EarlyStopping reads either backend's masters
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [

@@ -20,7 +20,7 @@ def _plain():
 
 
 def _infos(model):
-    return [i for i in (_pairs.lookup(v) for v in model.weights) if i is not None]
+    return [i for i in (_pairs.pair_of(v) for v in model.weights) if i is not None]
 
 
 def _masters(model):

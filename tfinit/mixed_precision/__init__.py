@@ -72,8 +72,11 @@ else:
     from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
     from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
     from tfinit.mixed_precision._jax_scope import scope
-    from tfinit.mixed_precision._jax_weights import get_master_weights, set_master_weights
+    from tfinit.mixed_precision._jax_weights import (get_master_weights, save_weights,
+                                                     set_master_weights)
+    from tfinit.mixed_precision._callbacks import EarlyStopping
     from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
 
     __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
-               "get_master_weights", "set_master_weights", "PairPolicy", "PseudoFP16Policy"]
+               "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
+               "PairPolicy", "PseudoFP16Policy"]

@@ -2,7 +2,12 @@
 
 import keras
 
-from tfinit.mixed_precision import _weights
+from tfinit import _backend
+
+if _backend.name() == "jax":  # no TensorFlow there
+    from tfinit.mixed_precision._jax_weights import get_master_weights
+else:
+    from tfinit.mixed_precision._weights import get_master_weights
 
 
 class EarlyStopping(keras.callbacks.EarlyStopping):
@@ -40,4 +45,4 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
         recorded = self.best_weights
         super().on_epoch_end(epoch, logs)
         if self.best_weights is not None and self.best_weights is not recorded:
-            self.best_weights = _weights.get_master_weights(self.model)
+            self.best_weights = get_master_weights(self.model)

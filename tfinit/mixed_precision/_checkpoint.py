@@ -19,6 +19,7 @@ import numpy as np
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, dtype_name
 from tfinit.mixed_precision import _pairs
+from tfinit.mixed_precision._weight_files import StoreView
 
 
 def install_variable_hooks(tf_var):
@@ -29,37 +30,6 @@ def install_variable_hooks(tf_var):
 
 
 # ------------------------------------------------------------------ Keras weight files
-
-
-class StoreView:
-    """A Keras weights store seen through ``write``/``read`` conversions of its values."""
-
-    def __init__(self, store, write=None, read=None):
-        self._store = store
-        self._write = write
-        self._read = read
-
-    def __setitem__(self, key, value):
-        self._store[key] = self._write(value) if self._write else value
-
-    def __getitem__(self, key):
-        value = self._store[key]
-        return self._read(value) if self._read else value
-
-    def __contains__(self, key):
-        return key in self._store
-
-    def keys(self):
-        return self._store.keys()
-
-    def __len__(self):
-        return len(self._store.keys())
-
-    def __iter__(self):
-        return iter(self._store.keys())
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
 
 
 def masters_for_saving(value):

@@ -26,7 +26,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _policy
+from tfinit.mixed_precision import _policy, _weight_files
 from tfinit.parameter_info import ParameterInfo
 
 # The attribute tfinit sets on the Keras variables it pairs (its own name, on its own objects).
@@ -280,36 +280,18 @@ def sync_copies(model_or_variables):
 # ------------------------------------------------------------------ Keras weight files
 
 
-class _MastersView:
-    """A Keras weights store whose written paired variables become their fp32 masters."""
+def master_for_file(value):
+    """What a weights file stores for ``value``: a pseudo_fp16 pair's fp32 master (numpy),
+    else ``value`` (a reverse pair's variable is its master).
 
-    def __init__(self, store):
-        self._store = store
-
-    def __setitem__(self, key, value):
-        pair = pair_of(value) if isinstance(value, keras.Variable) else None
-        if pair is not None and pair.spec.is_pseudo:
-            pair.check_copy_matches_master()
-            value = pair.master_value()
-        self._store[key] = value
-
-    def __getitem__(self, key):
-        return self._store[key]
-
-    def __contains__(self, key):
-        return key in self._store
-
-    def keys(self):
-        return self._store.keys()
-
-    def __len__(self):
-        return len(self._store.keys())
-
-    def __iter__(self):
-        return iter(self._store.keys())
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
+    Raises:
+        ValueError: the pair's 16-bit copy was changed without its master.
+    """
+    pair = pair_of(value) if isinstance(value, keras.Variable) else None
+    if pair is not None and pair.spec.is_pseudo:
+        pair.check_copy_matches_master()
+        return pair.master_value()
+    return value
 
 
 def install_layer_hooks(layer):
@@ -320,6 +302,6 @@ def install_layer_hooks(layer):
     save = layer.save_own_variables
 
     def save_own_variables(store):
-        return save(_MastersView(store))
+        return save(_weight_files.StoreView(store, write=master_for_file))
 
     internals.set_object_method(layer, "save_own_variables", save_own_variables)

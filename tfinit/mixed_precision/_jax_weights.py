@@ -1,9 +1,9 @@
-"""``get_master_weights`` / ``set_master_weights`` on Keras's JAX backend."""
+"""``get_master_weights`` / ``set_master_weights`` / ``save_weights`` on Keras's JAX backend."""
 
 import numpy as np
 from keras import ops
 
-from tfinit.mixed_precision import _jax_pairs
+from tfinit.mixed_precision import _jax_pairs, _weight_files
 
 
 def get_master_weights(model_or_layer):
@@ -78,3 +78,44 @@ def set_master_weights(model_or_layer, weights):
             variable.assign(value)
         else:
             pair.assign_master(value)
+
+
+def save_weights(model, filepath, dtype=None):
+    """Write a plain Keras ``.weights.h5`` file of ``model`` with every float in ``dtype``.
+
+    As on TensorFlow: ``model.save_weights`` of a paired model writes fp32 masters; this one
+    writes them in one chosen dtype, so a plain Keras model of that dtype (no scope) loads
+    the file.
+
+    Args:
+        model: a Keras model (paired or not).
+        filepath: the ``.weights.h5`` path.
+        dtype: ``None`` or ``"float32"``: the fp32 masters (what ``model.save_weights`` also
+            writes); ``"float16"`` / ``"bfloat16"``: the masters rounded to nearest, for a
+            plain Keras model of that dtype. Non-float weights are written as they are.
+
+    Returns:
+        None.
+
+    Raises:
+        ValueError: ``dtype`` is not one of these, ``filepath`` does not end in
+            ``.weights.h5``, or a paired 16-bit variable was changed without its master.
+
+    Example:
+
+    >>> import os, tempfile
+    >>> import keras
+    >>> import numpy as np
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
+    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> mp.set_master_weights(model, [np.full((2, 1), 1.001, "float32"), np.zeros(1)])
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.weights.h5")
+    >>> mp.save_weights(model, path, dtype="float16")
+    >>> plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, dtype="float16")])
+    >>> plain.load_weights(path)                        # a plain float16 model, no scope
+    >>> plain.get_weights()[0].ravel()                  # the master rounded, not bfloat16's
+    array([1.001, 1.001], dtype=float16)
+    """
+    _jax_pairs.pair_pending()
+    _weight_files.write_weights_file(model, filepath, dtype, _jax_pairs.master_for_file)

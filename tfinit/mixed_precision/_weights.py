@@ -1,14 +1,10 @@
 """The master-aware mirror of ``get_weights`` / ``set_weights``, and plain weight files."""
 
-import contextlib
-
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tfinit import _keras_internals as internals
-from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision import _checkpoint, _pairs
+from tfinit.mixed_precision import _checkpoint, _pairs, _weight_files
 
 
 def _weights(model_or_layer, who):
@@ -153,46 +149,4 @@ def save_weights(model, filepath, dtype=None):
     >>> plain.get_weights()[0].ravel()
     array([1., 1.], dtype=float16)
     """
-    target = MASTER_DTYPE if dtype is None else dtype_name(dtype)
-    if target not in (MASTER_DTYPE,) + COMPUTE_DTYPES:
-        raise ValueError(
-            "save_weights: argument `dtype` must be None, 'float32', 'float16' or "
-            f"'bfloat16'. Received: dtype={dtype!r}"
-        )
-    if not str(filepath).endswith(".weights.h5"):
-        raise ValueError(
-            "save_weights: argument `filepath` must end in '.weights.h5'. "
-            f"Received: filepath={filepath!r}"
-        )
-
-    def convert(value):
-        array = np.asarray(_checkpoint.masters_for_saving(value))
-        if array.dtype.kind == "f" or dtype_name(array.dtype) in COMPUTE_DTYPES:
-            return np.asarray(tf.cast(array, target))
-        return array
-
-    with _converted_store_writes(model, convert):
-        model.save_weights(filepath)
-
-
-@contextlib.contextmanager
-def _converted_store_writes(model, convert):
-    """While open, every layer of ``model`` writes ``convert(value)`` into weight files."""
-    restored = []
-    try:
-        for layer in internals.all_layers(model):
-            save = layer.save_own_variables
-
-            def save_converted(store, _save=save):
-                return _save(_checkpoint.StoreView(store, write=convert))
-
-            had_own = internals.has_object_method(layer, "save_own_variables")
-            internals.set_object_method(layer, "save_own_variables", save_converted)
-            restored.append((layer, save if had_own else None))
-        yield
-    finally:
-        for layer, save in restored:
-            if save is None:
-                internals.unset_object_method(layer, "save_own_variables")
-            else:
-                internals.set_object_method(layer, "save_own_variables", save)
+    _weight_files.write_weights_file(model, filepath, dtype, _checkpoint.masters_for_saving)
