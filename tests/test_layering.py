@@ -51,7 +51,8 @@ LAYERS = [
     # the packages above the initializers, peers: neither imports the other
     [
         package("mixed_precision", [
-            ["_caffe2_sgd", "_pairs", "_state"],  # the active scopes; the pair records
+            # the active scopes; the pair records; the split layout on JAX
+            ["_caffe2_sgd", "_pairs", "_state", "_jax_split"],
             ["_checkpoint", "_policy", "_replicas", "_variable"],
             # JAX: the pair records made from built layers (no variable creator there)
             ["_optimizer", "_weights", "_jax_pairs"],

@@ -463,7 +463,7 @@ def release_value(variable):
     # Public stand-in: none; Keras frees a variable's value only with the variable. A split
     # pair's scratch fp32 master (JAX) must hold no value between steps: it becomes a
     # variable without a value, as Keras's own deferred ones, whose reads give zeros.
-    """Drop ``variable``'s value (its storage); reads give zeros of its shape until the next
-    assign (the variable is not registered for Keras's deferred initialization)."""
+    """Drop the (JAX backend) ``variable``'s value (its storage); reads give zeros of its
+    shape until the next assign (it is not registered for Keras's deferred initialization)."""
     variable._initializer = keras.initializers.Zeros()
     variable._value = None
