@@ -202,8 +202,8 @@ def train_side_by_side(mp, make_optimizer, context, steps=4):
                          + [("adam", "eager"), ("adamw_ema", "eager")])  # (CI time)
 def test_split_masters_equal_fp32_masters_bit_for_bit(mp, name, context):
     if (name, context) == ("adamw_ema", "fit"):
-        # A second fit() with use_ema fails on JAX in Keras's EMA finalize, fp32 masters or
-        # not (the average variables hold no value then): one fit of 4 epochs instead,
+        # A second fit() with use_ema fails on JAX in Keras 3.15's EMA finalize, plain Keras
+        # mixed_bfloat16 included (the averages hold no value then): one fit of 4 epochs,
         # which ends with the masters set to their EMA.
         context = "fit_once"
     updates, ties = train_side_by_side(mp, OPTIMIZERS[name], context)
