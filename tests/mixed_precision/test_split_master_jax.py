@@ -372,3 +372,67 @@ def test_persistent_bytes_per_parameter_with_adam_measured_from_the_live_arrays(
     # the optimizer's scalars (iterations, learning rate, loss scale) are the only extra bytes
     assert {k: round(v, 2) for k, v in measured.items()} == {
         ("fp32", None): 14.0, ("split", None): 12.0, ("split", "bfloat16"): 8.0}, measured
+
+
+# ------------------------------------------------------------------ files across backends
+
+_WRITE = """
+import sys
+import keras, numpy as np
+from tfinit import mixed_precision as mp
+folder = sys.argv[1]
+keras.utils.set_random_seed(4)
+with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(2)])
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(16, 6)).astype("float32"), rng.normal(size=(16, 2)).astype("float32")
+model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+model.fit(x, y, batch_size=8, verbose=0, shuffle=False)
+model.save(folder + "/m.keras")
+model.save_weights(folder + "/m.weights.h5")
+np.savez(folder + "/masters.npz", *mp.get_master_weights(model))
+"""
+_READ = """
+import sys
+import keras, numpy as np
+from tfinit import mixed_precision as mp
+folder = sys.argv[1]
+want = list(np.load(folder + "/masters.npz").values())
+assert any(not np.array_equal(w, w.astype("bfloat16").astype("float32")) for w in want)
+with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
+    loaded = keras.models.load_model(folder + "/m.keras", compile=False)
+    other = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(2)])
+other.load_weights(folder + "/m.weights.h5")
+for model in (loaded, other):
+    got = mp.get_master_weights(model)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want)), "masters differ"
+    assert model.layers[0].kernel.dtype == "bfloat16"
+print("ok", keras.backend.backend())
+"""
+
+
+def _run(backend, script, folder):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TFINIT_TEST_WITHOUT_TENSORFLOW", None)
+    proc = subprocess.run([sys.executable, "-c", script, folder], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only  # both backends, in subprocesses: TensorFlow must be installed
+@pytest.mark.parametrize("writer, reader", [("tensorflow", "jax"), ("jax", "tensorflow")])
+def test_a_split_file_written_on_one_backend_loads_exactly_on_the_other(tmp_path, writer,
+                                                                        reader):
+    _run(writer, _WRITE, str(tmp_path))
+    assert "ok " + reader in _run(reader, _READ, str(tmp_path))
