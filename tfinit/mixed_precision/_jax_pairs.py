@@ -10,6 +10,10 @@ A pair is made once, from the layer's own trainable float32 variables, by
   value. That value becomes the master, a separate fp32 ``keras.Variable``
   (``blob_copy["float32"]``, Caffe2's ``P_fp32``), and the layer's variable becomes its
   16-bit cast (Caffe2's ``P = FloatToHalf(P_fp32)``).
+- pseudo_fp16 with ``master="split"`` (:class:`SplitJaxPair`): the layer's variable becomes
+  the bfloat16 copy and the other is the int16 remainder (``blob_copy["int16"]``); the fp32
+  master exists only during an optimizer step, in a scratch variable without a value between
+  steps (:mod:`tfinit.mixed_precision._jax_split`).
 - reverse: the layer's variable stays the fp32 master (as under Keras ``mixed_*``); the
   16-bit copy is a separate ``keras.Variable`` (``blob_copy[compute_dtype]``), always
   ``cast(master)``, which is what the layer computes with (Keras's per-read cast gives the
