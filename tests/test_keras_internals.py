@@ -384,3 +384,34 @@ def test_set_variable_dtype_on_jax():
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"
+
+
+def test_in_stateless_scope():
+    assert not internals.in_stateless_scope(), MOVED
+    with keras.StatelessScope():
+        assert internals.in_stateless_scope(), MOVED
+
+
+@pytest.mark.slow
+def test_release_value_on_jax():
+    """A split pair's scratch (JAX only): run on JAX in a subprocess."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import keras, numpy as np\n"
+              "from tfinit import _keras_internals as internals\n"
+              "v = keras.Variable(np.arange(3, dtype='f4'))\n"
+              "internals.release_value(v)\n"
+              "assert not internals.is_initialized(v)\n"
+              "assert np.asarray(v.value).tolist() == [0.0, 0.0, 0.0]\n"
+              "with keras.StatelessScope() as scope:\n"
+              "    v.assign(np.ones(3, 'f4'))\n"
+              "    assert np.asarray(v.value).tolist() == [1.0, 1.0, 1.0]\n"
+              "assert not internals.is_initialized(v)\n"
+              "v.assign(np.full(3, 2.0, 'f4'))\n"
+              "assert np.asarray(v.value).tolist() == [2.0, 2.0, 2.0]\n")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"

@@ -51,8 +51,9 @@ LAYERS = [
     # the packages above the initializers, peers: neither imports the other
     [
         package("mixed_precision", [
-            # the active scopes; the pair records; weight files seen through conversions
-            ["_caffe2_sgd", "_pairs", "_state", "_weight_files"],
+            # the active scopes; the pair records; weight files seen through conversions; the split
+            # layout on JAX
+            ["_caffe2_sgd", "_pairs", "_state", "_weight_files", "_jax_split"],
             ["_checkpoint", "_policy", "_replicas", "_variable"],
             # JAX: the pair records made from built layers (no variable creator there)
             ["_optimizer", "_weights", "_jax_pairs"],

@@ -448,3 +448,22 @@ def layers_with_policy_named(name):
             seen.add(id(layer))
             found.append(layer)
     return found
+
+
+def in_stateless_scope():
+    # Public stand-in: none (`keras.StatelessScope` has no public "am I inside one" query);
+    # a split pair's scratch master is a value of the step's stateless scope only.
+    """Whether a ``keras.StatelessScope`` is active (writes go to it, not to variables)."""
+    from keras.src.backend.common.stateless_scope import in_stateless_scope as active
+
+    return active()
+
+
+def release_value(variable):
+    # Public stand-in: none; Keras frees a variable's value only with the variable. A split
+    # pair's scratch fp32 master (JAX) must hold no value between steps: it becomes a
+    # variable without a value, as Keras's own deferred ones, whose reads give zeros.
+    """Drop the (JAX backend) ``variable``'s value (its storage); reads give zeros of its
+    shape until the next assign (it is not registered for Keras's deferred initialization)."""
+    variable._initializer = keras.initializers.Zeros()
+    variable._value = None

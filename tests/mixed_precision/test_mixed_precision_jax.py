@@ -138,11 +138,7 @@ def test_compile_wraps_and_a_step_with_an_overflow_is_skipped(mp):
 
 @jax_only
 def test_refusals_name_the_fix(mp):
-    with pytest.raises(NotImplementedError, match="master='split' is not available"):
-        with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
-            pass
-    with pytest.raises(NotImplementedError, match="state_dtype='bfloat16'"):
-        mp.MasterWeightOptimizer(keras.optimizers.Adam(), state_dtype="bfloat16")
+    # master="split" and state_dtype="bfloat16": tests/mixed_precision/test_split_master_jax.py
     with pytest.raises(ValueError, match="Argument `loss_scale` must be"):
         mp.MasterWeightOptimizer(keras.optimizers.Adam(), loss_scale=-1)
     with pytest.raises(ValueError, match="already a loss-scale optimizer"):

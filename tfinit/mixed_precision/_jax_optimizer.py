@@ -26,7 +26,7 @@ from keras import ops
 
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _jax_pairs, _state
+from tfinit.mixed_precision import _jax_pairs, _jax_split, _state
 
 INITIAL_SCALE = 2.0**15
 GROWTH_STEPS = 2000
@@ -54,13 +54,14 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         loss_scale: ``"auto"`` (dynamic for float16, none for bfloat16), ``"dynamic"``, a
             finite positive number (a fixed scale) or ``None`` (no scaling, no skipping).
         name: the optimizer's name.
-        state_dtype: ``None`` or ``"float32"`` (``"bfloat16"`` is TensorFlow-only so far).
+        state_dtype: ``None`` / ``"float32"``, or ``"bfloat16"``: the inner optimizer's
+            per-variable state of a paired variable (Adam's moments, momentum...) is stored
+            in bfloat16; EMA averages and gradient accumulators stay fp32.
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
         ValueError: a loss-scale optimizer as ``optimizer``, a bad ``loss_scale`` or
             ``state_dtype``; at build, a 16-bit trainable variable without a master.
-        NotImplementedError: ``state_dtype="bfloat16"`` on this backend.
 
     Example:
 
@@ -90,16 +91,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         if state_dtype not in (None, MASTER_DTYPE, "bfloat16"):
             raise ValueError("MasterWeightOptimizer: Argument `state_dtype` must be None, "
                              f"'float32' or 'bfloat16'. Received: state_dtype={state_dtype!r}")
-        if state_dtype == "bfloat16":
-            raise NotImplementedError(
-                "MasterWeightOptimizer(state_dtype='bfloat16') is not available on Keras's "
-                f"{keras.backend.backend()} backend yet (TensorFlow only); use "
-                "state_dtype=None.")
         loss_scale = _check_loss_scale(loss_scale)
         initial = loss_scale if isinstance(loss_scale, float) else INITIAL_SCALE
         super().__init__(optimizer, initial_scale=initial,
                          dynamic_growth_steps=GROWTH_STEPS, name=name, **kwargs)
-        self.state_dtype = state_dtype
+        self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
         self.loss_scale = loss_scale
         self._scaling = self.loss_scale
         if self._scaling == _AUTO:
@@ -149,6 +145,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         self.dynamic_scale = self.add_variable(
             shape=(), dtype=MASTER_DTYPE, initializer=keras.initializers.Constant(
                 self.initial_scale), aggregation="none", name="dynamic_scale")
+        if self.state_dtype not in (None, MASTER_DTYPE):
+            _jax_split.keep_state_in(self.inner_optimizer, self.state_dtype,
+                                     [p.master for p in _jax_pairs.pairs_of(var_list)])
         self.inner_optimizer.build(targets)
         keras.optimizers.Optimizer.build(self, var_list)
         for other in others:
@@ -191,8 +190,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         grads = list(grads)
         if not self._scales:
             return self._step(grads, None)
-        written = [*self._targets, *self.inner_optimizer.variables, *self._variables,
-                   *(p.copy for p in _jax_pairs.pairs_of(self._trainable_variables))]
+        pairs = _jax_pairs.pairs_of(self._trainable_variables)
+        masters = {id(p.master) for p in pairs}
+        written = [*(t for t in self._targets if id(t) not in masters),
+                   *self.inner_optimizer.variables, *self._variables,
+                   *(v for p in pairs for v in p.stored())]
         old = [v.value for v in written]
         skipped_scale = ops.multiply(self.dynamic_scale.value, 0.5 if self.dynamic else 1.0)
         self._finite_step(grads)
@@ -226,9 +228,12 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                 if scale is not None and not self._overwrite_variable_with_gradient(variable):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
+        pairs = _jax_pairs.pairs_of(self._trainable_variables)
+        for pair in pairs:
+            pair.open_step()  # a split pair's master joined into its scratch variable
         self.inner_optimizer.apply(unscaled, self._targets)
-        for pair in _jax_pairs.pairs_of(self._trainable_variables):
-            pair.refresh()
+        for pair in pairs:
+            pair.close_step()  # copies re-cast; split: split back, the scratch emptied
 
     def get_config(self):
         config = super().get_config()

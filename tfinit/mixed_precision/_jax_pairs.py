@@ -10,6 +10,10 @@ A pair is made once, from the layer's own trainable float32 variables, by
   value. That value becomes the master, a separate fp32 ``keras.Variable``
   (``blob_copy["float32"]``, Caffe2's ``P_fp32``), and the layer's variable becomes its
   16-bit cast (Caffe2's ``P = FloatToHalf(P_fp32)``).
+- pseudo_fp16 with ``master="split"`` (:class:`SplitJaxPair`): the layer's variable becomes
+  the bfloat16 copy and the other is the int16 remainder (``blob_copy["int16"]``); the fp32
+  master exists only during an optimizer step, in a scratch variable without a value between
+  steps (:mod:`tfinit.mixed_precision._jax_split`).
 - reverse: the layer's variable stays the fp32 master (as under Keras ``mixed_*``); the
   16-bit copy is a separate ``keras.Variable`` (``blob_copy[compute_dtype]``), always
   ``cast(master)``, which is what the layer computes with (Keras's per-read cast gives the
@@ -26,7 +30,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _policy, _weight_files
+from tfinit.mixed_precision import _jax_split, _policy, _weight_files
 from tfinit.parameter_info import ParameterInfo
 
 # The attribute tfinit sets on the Keras variables it pairs (its own name, on its own objects).
@@ -63,9 +67,24 @@ class JaxPair(ParameterInfo):
         """The 16-bit ``keras.Variable``, ``cast(master)``."""
         return self.param if self.spec.is_pseudo else self.other
 
+    def master_tensor(self):
+        """The exact fp32 master (a backend tensor)."""
+        return self.master.value
+
     def master_value(self):
         """The exact fp32 master (numpy)."""
-        return np.asarray(ops.convert_to_numpy(self.master.value), np.float32)
+        return np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32)
+
+    def stored(self):
+        """The variables that hold this pair between steps."""
+        return [self.param, self.other]
+
+    def open_step(self):
+        """Before the inner optimizer updates ``master``: nothing to do (it is stored)."""
+
+    def close_step(self):
+        """After the inner optimizer updated ``master``: copy <- cast(master)."""
+        self.refresh()
 
     def assign_master(self, value):
         """Set the master to ``value`` (cast to float32) exactly and re-make the copy."""
@@ -95,6 +114,56 @@ class JaxPair(ParameterInfo):
             )
 
 
+class SplitJaxPair(JaxPair):
+    """A pseudo_fp16 pair whose fp32 master is stored split (``master="split"``): ``param`` is
+    the bfloat16 variable, ``other`` the int16 remainder (``blob_copy["int16"]``).
+
+    No fp32 value is kept between steps: ``master`` is a scratch fp32 ``keras.Variable``
+    without a value, for the inner optimizer to build its state on and update. A step joins
+    the master into it (in ``fit``'s compiled step, a value of the step's stateless scope
+    only), and splits the updated master back into (copy, remainder).
+    """
+
+    def __init__(self, param, remainder, spec, scratch):
+        super().__init__(param, remainder, spec)
+        self.scratch = scratch
+
+    @property
+    def master(self):
+        """The scratch fp32 ``keras.Variable`` the inner optimizer updates (no value between
+        steps: read the master with :meth:`master_tensor`)."""
+        return self.scratch
+
+    @property
+    def remainder(self):
+        """The int16 ``keras.Variable``."""
+        return self.other
+
+    def master_tensor(self):
+        return _jax_split.join(self.param.value, self.other.value)
+
+    def assign_master(self, value):
+        """Split ``value`` (cast to float32) into the copy and the remainder (exact but for a
+        tie above an even copy: 1 ulp toward it)."""
+        copy, remainder = _jax_split.split(ops.cast(value, MASTER_DTYPE))
+        raw_assign(self.param, copy)
+        raw_assign(self.other, remainder)
+
+    def refresh(self):
+        """Nothing: the copy is the master's top half."""
+
+    def check_copy_matches_master(self):
+        """Nothing to check: the copy is the master's top half."""
+
+    def open_step(self):
+        raw_assign(self.scratch, self.master_tensor())
+
+    def close_step(self):
+        self.assign_master(self.scratch.value)
+        if not internals.in_stateless_scope():  # else: a value of that scope only
+            internals.release_value(self.scratch)
+
+
 def raw_assign(variable, value):
     """Keras's own assign (the paired variable's assign sets its master)."""
     keras.Variable.assign(variable, value)
@@ -115,12 +184,12 @@ class PairedVariable(keras.Variable):
 
     def assign_add(self, value):
         pair = pair_of(self)
-        pair.assign_master(ops.add(pair.master.value, ops.cast(value, MASTER_DTYPE)))
+        pair.assign_master(ops.add(pair.master_tensor(), ops.cast(value, MASTER_DTYPE)))
         return value
 
     def assign_sub(self, value):
         pair = pair_of(self)
-        pair.assign_master(ops.subtract(pair.master.value, ops.cast(value, MASTER_DTYPE)))
+        pair.assign_master(ops.subtract(pair.master_tensor(), ops.cast(value, MASTER_DTYPE)))
         return value
 
 
@@ -155,17 +224,27 @@ def pair_pending():
 
 
 def _make_pair(variable, spec):
-    """The one place a pair is made (and its kind decided): pseudo_fp16 or reverse."""
+    """The one place a pair is made (and its kind decided): pseudo_fp16 (fp32 or split
+    master) or reverse."""
     master_value = variable.value
     name = variable.name + spec.other_suffix
-    if spec.is_pseudo:
-        other = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False, name=name)
-        internals.set_variable_dtype(variable, spec.compute_dtype,
-                                     ops.cast(master_value, spec.compute_dtype))
+    if spec.is_split:
+        copy, remainder = _jax_split.split(master_value)
+        other = keras.Variable(remainder, dtype="int16", trainable=False, name=name)
+        scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE), dtype=MASTER_DTYPE,
+                                 trainable=False, name=variable.name + "_fp32_scratch")
+        internals.release_value(scratch)
+        internals.set_variable_dtype(variable, spec.compute_dtype, copy)
+        pair = SplitJaxPair(variable, other, spec, scratch)
     else:
-        other = keras.Variable(ops.cast(master_value, spec.compute_dtype),
-                               dtype=spec.compute_dtype, trainable=False, name=name)
-    pair = JaxPair(variable, other, spec)
+        if spec.is_pseudo:
+            other = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False, name=name)
+            internals.set_variable_dtype(variable, spec.compute_dtype,
+                                         ops.cast(master_value, spec.compute_dtype))
+        else:
+            other = keras.Variable(ops.cast(master_value, spec.compute_dtype),
+                                   dtype=spec.compute_dtype, trainable=False, name=name)
+        pair = JaxPair(variable, other, spec)
     setattr(variable, _INFO_ATTRIBUTE, pair)
     internals.make_instance_of(variable, PairedVariable)
     return pair

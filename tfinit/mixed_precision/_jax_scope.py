@@ -37,14 +37,15 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     Args:
         mode: ``"pseudo_fp16"`` or ``"reverse"``.
         compute_dtype: ``"float16"`` or ``"bfloat16"``.
-        master: ``"fp32"`` (``"split"`` is TensorFlow-only so far).
+        master: ``"fp32"``, or ``"split"`` (pseudo_fp16 with bfloat16 only): the master is
+            stored as the bfloat16 variable plus an int16 remainder (``blob_copy["int16"]``),
+            no fp32 variable between steps.
 
     Returns:
         A context manager (yields ``None``).
 
     Raises:
         ValueError: a bad ``mode``, ``compute_dtype`` or ``master``.
-        NotImplementedError: ``master="split"`` on this backend.
 
     Example:
 
@@ -57,11 +58,9 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     ('bfloat16', 'float32')
     """
     spec = pair_spec(mode, compute_dtype, _WHO, master)
-    if spec.is_split:
-        raise NotImplementedError(
-            f"{_WHO}: master='split' is not available on Keras's {keras.backend.backend()} "
-            "backend yet (TensorFlow only); use master='fp32'.")
-    state = _state.ScopeState(spec, None, PairPolicy(spec.compute_dtype, spec.mode))
+    policy = PairPolicy(spec.compute_dtype, spec.mode)
+    policy.spec = spec  # how the master is stored included (master="split")
+    state = _state.ScopeState(spec, None, policy)
     try:
         with _activated(state):
             yield

@@ -118,7 +118,9 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
                 f"inside `with tfinit.mixed_precision.scope({saved.mode.value!r}, "
                 f"compute_dtype={saved.compute_dtype!r}):`."
             )
-        return cls(spec.compute_dtype, spec.mode)
+        policy = cls(spec.compute_dtype, spec.mode)
+        policy.spec = spec  # the scope's, how the master is stored included
+        return policy
 
     def __repr__(self):
         return f'<PairPolicy "{self.spec.mode.value}" {self.spec.compute_dtype}>'
