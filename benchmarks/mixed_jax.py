@@ -78,7 +78,11 @@ SIZES = {
                 transformer=dict(seq=512, d_model=1024, heads=16, batch=32),
                 resnet=dict(image=32, channels=64, blocks=2, batch=256),
                 repeats=21, warmup=2, steps=10),
-    "cpu": dict(configs=[(m, d) for m in MODELS for d in DTYPES],
+    # not ("transformer", "float16"): on the CPU, jax's dot_general refuses the float16
+    # attention of Keras's MultiHeadAttention under mixed_float16 itself ("The precision
+    # 'F16_F16_F32' is not supported by dot_general on CPU"), so there is no baseline
+    "cpu": dict(configs=[(m, d) for m in MODELS for d in DTYPES
+                         if (m, d) != ("transformer", "float16")],
                 mlp=dict(width=512, depth=4, batch=128),
                 transformer=dict(seq=64, d_model=128, heads=4, batch=16),
                 resnet=dict(image=32, channels=16, blocks=1, batch=32),
