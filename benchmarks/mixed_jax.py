@@ -33,7 +33,9 @@ device's ``peak_bytes_in_use`` over the whole run (``memory_stats()``) is in the
 cannot reset it, so there is no clean per-contender peak in one process).
 
 Modes: default, an accelerator at the ``gpu`` sizes (without one it prints ``NO_GPU`` and
-exits 0); ``--cpu``, the ``cpu`` sizes on the CPU (the figures in docs/performance.md);
+exits 0; no new model/dtype starts after ``budget_s``, so the run ends within 8 minutes,
+and what that leaves out is listed under ``skipped``); ``--cpu``, the ``cpu`` sizes on the
+CPU (the figures in docs/performance.md);
 ``--allow-cpu`` (internal, for the tests) the tiny ``smoke`` sizes, figures meaningless.
 Writes ``results_mixed_jax_<sizes>.json``/``.md`` (``benchmarks/`` unless ``--out``; smoke
 figures only where ``--out`` says). ``KERAS_BACKEND=jax python -m benchmarks --gpu`` runs the
@@ -77,7 +79,8 @@ SIZES = {
                 mlp=dict(width=4096, depth=4, batch=1024),
                 transformer=dict(seq=512, d_model=1024, heads=16, batch=32),
                 resnet=dict(image=32, channels=64, blocks=2, batch=256),
-                repeats=21, warmup=2, steps=10),
+                repeats=21, warmup=2, steps=10,
+                budget_s=360),  # no new model/dtype starts after 6 minutes
     # not ("transformer", "float16"): on the CPU, jax's dot_general refuses the float16
     # attention of Keras's MultiHeadAttention under mixed_float16 itself ("The precision
     # 'F16_F16_F32' is not supported by dot_general on CPU"), so there is no baseline
@@ -254,8 +257,12 @@ def run(sizes):
     """The results (machine, sizes, rows, wall time) at ``SIZES[sizes]``."""
     s = SIZES[sizes]
     start = time.perf_counter()
-    results = {"machine": machine(sizes), "sizes": s, "rows": []}
+    results = {"machine": machine(sizes), "sizes": s, "rows": [], "skipped": []}
     for model_name, dtype in s["configs"]:
+        if time.perf_counter() - start > s.get("budget_s", math.inf):
+            # the GPU run must end within 8 minutes: what the budget leaves out is listed
+            results["skipped"].append(f"{model_name} {dtype}: over the {s['budget_s']} s budget")
+            continue
         results["rows"].extend(compare_config(model_name, dtype, s))
     results["machine"]["device_peak_mib"] = _peak_mib()
     results["machine"]["wall_s"] = round(time.perf_counter() - start, 1)
@@ -277,7 +284,8 @@ def render(results):
             f"compiled step, {s['steps']} steps per sample, {s['repeats']} interleaved rounds; "
             "ratio = contender / Keras mixed (median of per-round ratios, 95 % interval), "
             f"vs_fp32 likewise.{peak}")
-    return f"{head}\n\n{to_markdown(results['rows'])}\n"
+    skipped = "".join(f"\n\nNot run: {line}." for line in results["skipped"])
+    return f"{head}{skipped}\n\n{to_markdown(results['rows'])}\n"
 
 
 def main(argv=None):

@@ -51,6 +51,7 @@ def test_rows_columns_and_figures(results):
     if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW"):
         assert data["machine"]["tensorflow_imported"] is False
     rows = data["rows"]
+    assert data["skipped"] == []
     assert [(r["model"], r["dtype"], r["contender"]) for r in rows] == [
         (m, d, c) for m, d in s["configs"] for c in mixed_jax.CONTENDERS]
     assert {d for _, d in s["configs"]} == {"float16", "bfloat16"}
