@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from benchmarks._markdown import to_markdown
+from benchmarks._models import resnet, transformer
 from benchmarks._timing import compare
 from benchmarks.memory import bytes_by_dtype, created_by, parameter_count
 from benchmarks.training import Contender
@@ -40,48 +41,6 @@ SIZES = {
 
 def gpu_devices():
     return tf.config.list_physical_devices("GPU")
-
-
-def conv_bn(h, channels, strides=1, activation="relu"):
-    h = keras.layers.Conv2D(channels, 3, strides=strides, padding="same", use_bias=False)(h)
-    h = keras.layers.BatchNormalization()(h)
-    return keras.layers.Activation(activation)(h) if activation else h
-
-
-def residual_block(h, channels, strides):
-    shortcut = h
-    if strides != 1 or h.shape[-1] != channels:
-        shortcut = keras.layers.Conv2D(channels, 1, strides=strides, use_bias=False)(h)
-        shortcut = keras.layers.BatchNormalization()(shortcut)
-    h = conv_bn(h, channels, strides)
-    h = conv_bn(h, channels, activation=None)
-    return keras.layers.Activation("relu")(keras.layers.Add()([h, shortcut]))
-
-
-def resnet(s):
-    """Stem, then 3 stages of ``blocks`` residual blocks (channels x1, x2, x4), then 10 logits."""
-    inputs = keras.Input((s["image"], s["image"], 3))
-    h = conv_bn(inputs, s["channels"])
-    for stage in range(3):
-        for block in range(s["blocks"]):
-            strides = 2 if stage and not block else 1
-            h = residual_block(h, s["channels"] * 2**stage, strides)
-    h = keras.layers.GlobalAveragePooling2D()(h)
-    return keras.Model(inputs, keras.layers.Dense(10)(h))
-
-
-def transformer(s):
-    """One pre-norm transformer block on (seq, d_model) inputs, mean-pooled to 10 logits."""
-    d = s["d_model"]
-    inputs = keras.Input((s["seq"], d))
-    h = keras.layers.LayerNormalization()(inputs)
-    h = keras.layers.MultiHeadAttention(s["heads"], d // s["heads"])(h, h)
-    h = keras.layers.Add()([inputs, h])
-    m = keras.layers.LayerNormalization()(h)
-    m = keras.layers.Dense(4 * d, activation="gelu")(m)
-    h = keras.layers.Add()([h, keras.layers.Dense(d)(m)])
-    h = keras.layers.GlobalAveragePooling1D()(h)
-    return keras.Model(inputs, keras.layers.Dense(10)(h))
 
 
 MODELS = {"resnet": resnet, "transformer": transformer}

@@ -2,9 +2,10 @@
 
 Prints a Markdown table per section and writes ``results.json`` and ``results.md``
 (in ``benchmarks/`` unless ``--out`` says otherwise). ``ratio`` is tfinit / baseline
-(below 1: tfinit is faster), the median of the ratios of interleaved runs. ``--gpu``
-(``benchmarks.gpu``) and ``--jax-fills`` (``benchmarks.fills_jax``, under
-``KERAS_BACKEND=jax``) run that one benchmark instead.
+(below 1: tfinit is faster), the median of the ratios of interleaved runs. ``--gpu`` and
+``--jax-fills`` (``benchmarks.fills_jax``, under ``KERAS_BACKEND=jax``) run that one benchmark
+instead; ``--gpu`` runs ``benchmarks.gpu`` on the TensorFlow backend and
+``benchmarks.mixed_jax`` (no TensorFlow needed) under ``KERAS_BACKEND=jax``.
 """
 
 import argparse
@@ -81,7 +82,8 @@ def main(argv=None):
     size.add_argument("--smoke", action="store_true",
                       help="tiny sizes, 2 repeats: checks the suite runs (figures meaningless)")
     size.add_argument("--gpu", action="store_true",
-                      help="the GPU benchmark (CNN and transformer); exits 0 without a GPU")
+                      help="the GPU benchmark (benchmarks.gpu on TensorFlow, benchmarks."
+                           "mixed_jax under KERAS_BACKEND=jax); exits 0 without a GPU")
     size.add_argument("--jax-fills", action="store_true",
                       help="fills vs Keras initializers on the JAX backend (KERAS_BACKEND=jax, "
                            "no TensorFlow); exits 0 without an accelerator")
@@ -91,6 +93,13 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", choices=list(TITLES), help="run only these")
     args = parser.parse_args(argv)
     if args.gpu:
+        import keras
+
+        if keras.backend.backend() == "jax":
+            from benchmarks import mixed_jax
+
+            out = [] if args.out == HERE else ["--out", str(args.out)]
+            return mixed_jax.main(out + ["--allow-cpu"] * args.allow_cpu)
         from benchmarks import gpu
 
         return gpu.main(args.out, allow_cpu=args.allow_cpu)
