@@ -18,7 +18,7 @@ import keras
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, use_dtype_policy
 
 import tfinit
 
@@ -83,12 +83,9 @@ def test_normalization_state_stays_float32_and_unpaired(mp, mode, dtype):
         norm.adapt(data)
     bn = model.layers[1]
     assert [w.dtype for w in bn.weights] == ["float32"] * 4
-    keras.config.set_dtype_policy(f"mixed_{dtype}")
-    try:
+    with use_dtype_policy(f"mixed_{dtype}"):
         ref = L.Normalization()
         ref.adapt(data)
-    finally:
-        keras.config.set_dtype_policy("float32")
     assert [w.dtype for w in norm.weights] == [w.dtype for w in ref.weights]
     assert all(a.tobytes() == b.tobytes() for a, b in zip(norm.get_weights(), ref.get_weights()))
     for weight in [*bn.weights, *norm.weights]:

@@ -19,7 +19,7 @@ import keras
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, use_dtype_policy
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 ON_JAX = keras.backend.backend() == "jax"
@@ -89,12 +89,8 @@ def test_save_weights_writes_a_plain_file_a_plain_model_loads(mp, tmp_path, mode
     hooks = [layer.__dict__.get("save_own_variables") for layer in model.layers]
     mp.save_weights(model, path, dtype=dtype)
     assert [layer.__dict__.get("save_own_variables") for layer in model.layers] == hooks
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype)
-    try:
+    with use_dtype_policy(dtype):
         plain = _mlp()
-    finally:
-        keras.config.set_dtype_policy(previous)
     plain.load_weights(path)
     for want, have in zip(masters, plain.get_weights()):
         assert have.dtype == NP16[dtype]
