@@ -35,8 +35,6 @@ def _positive(value):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_every_section_is_written(results):
     data, md = results
     assert data["mode"] == "smoke"
@@ -49,8 +47,6 @@ def test_every_section_is_written(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_timed_rows_have_finite_positive_times_and_ratios(results):
     data, _ = results
     for name in ("comparisons", "fills", "training", "scaling", "distribute"):
@@ -66,8 +62,6 @@ def test_timed_rows_have_finite_positive_times_and_ratios(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_fills_cover_every_pair_and_given_values(results):
     names = [r["name"] for r in results[0]["sections"]["fills"]]
     for fill in ("XavierFill", "MSRAFill", "GaussianFill", "UniformFill", "ConstantFill",
@@ -76,8 +70,6 @@ def test_fills_cover_every_pair_and_given_values(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_training_covers_both_models_and_dtypes_with_fp32(results):
     rows = results[0]["sections"]["training"]
     seen = {(kind, dtype) for kind in MODELS for dtype in ("float16", "bfloat16")
@@ -94,8 +86,6 @@ def test_training_covers_both_models_and_dtypes_with_fp32(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_scaling_doubles_the_width(results):
     rows = results[0]["sections"]["scaling"]
     for kind in MODELS:
@@ -104,8 +94,6 @@ def test_scaling_doubles_the_width(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_memory_bytes_per_parameter_follow_the_dtypes(results):
     rows = {r["name"].split(": ", 1)[1]: r for r in results[0]["sections"]["memory"]}
     # fp32 weight + Adam's two fp32 slots = 12 bytes; a 16-bit copy adds 2. Scalars (step
@@ -119,8 +107,6 @@ def test_memory_bytes_per_parameter_follow_the_dtypes(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_load_memory_rows(results):
     rows = results[0]["sections"]["load_memory"]
     assert [r["name"].split(": ", 1)[1] for r in rows][:2] == ["tf.Variable(array)",
@@ -132,8 +118,6 @@ def test_load_memory_rows(results):
 
 
 @pytest.mark.slow  # runs the benchmark suite
-
-
 def test_comparisons_give_each_ratio_its_target(results):
     rows = results[0]["sections"]["comparisons"]
     names = [r["name"] for r in rows]
@@ -166,8 +150,6 @@ def test_gpu_benchmark_without_a_gpu_says_so_and_exits_0(monkeypatch, capsys, tm
 
 
 @pytest.mark.slow  # a benchmark
-
-
 def test_gpu_benchmark_models_and_steps_run_on_cpu(monkeypatch, tmp_path):
     """The --gpu code path at tiny sizes on the CPU (internal --allow-cpu), so it can't rot."""
     from benchmarks import gpu
@@ -218,8 +200,6 @@ def test_median_interval_covers_the_true_median_95_percent_of_the_time():
 
 
 @pytest.mark.slow  # a benchmark
-
-
 def test_op_profile_attributes_the_finite_check_to_tfinit(capsys):
     """`python -m benchmarks.profile_ops` reads real tf.profiler traces: the step's MatMuls
     appear on both sides; float16: the finiteness check's sums only on tfinit's (Keras's
@@ -265,8 +245,6 @@ def test_markdown_table_lists_union_of_columns():
 
 
 @pytest.mark.slow  # a benchmark: peak memory of subprocess loads
-
-
 def test_given_tensor_fill_loads_with_one_copy():
     """Peak memory (not time): a 32 MiB GivenTensorFill variable costs about one array.
 
@@ -323,8 +301,6 @@ def _run_jax_fills(backend, code):
 
 
 @pytest.mark.slow  # a benchmark, in a subprocess
-
-
 def test_jax_fills_benchmark_runs_on_cpu_without_tensorflow(tmp_path):
     """`python -m benchmarks --jax-fills --allow-cpu` with `import tensorflow` failing: the
     rows of every pair, and a seeded fill made twice on the CPU is the same bits."""
@@ -361,8 +337,6 @@ def test_jax_fills_benchmark_runs_on_cpu_without_tensorflow(tmp_path):
 
 
 @pytest.mark.slow  # a subprocess importing TensorFlow
-
-
 def test_jax_fills_benchmark_on_the_tensorflow_backend_says_how_to_run_it(tmp_path):
     from benchmarks import fills_jax
 

@@ -40,8 +40,6 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.slow  # builds and compiles 8 models
-
-
 def test_rows_columns_and_figures(results):
     from benchmarks import mixed_jax
 
