@@ -242,7 +242,8 @@ def test_default_rng_is_unchanged_keras():
 
 
 @pytest.mark.parametrize(
-    "seed", [None, 1.0, True, "7", keras.random.SeedGenerator(1)], ids=repr
+    "seed", [None, 1.0, True, "7", keras.random.SeedGenerator(1)],
+    ids=["None", "1.0", "True", "'7'", "SeedGenerator"],  # the same ids in every process
 )
 @pytest.mark.parametrize(
     "cls", [tfinit.UniformFill, tfinit.GaussianFill, tfinit.XavierFill, tfinit.MSRAFill]

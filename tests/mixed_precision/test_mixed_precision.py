@@ -413,7 +413,8 @@ def test_auto_loss_scale_follows_the_compute_dtype(compute_dtype, dynamic):
 def test_dynamic_scale_constants_and_unscaling():
     with mp.scope():
         w = tf.Variable([0.0])
-    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0))
+    # "dynamic" named: "auto" would also read the last paired variable this thread's layers read
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0), loss_scale="dynamic")
     assert float(opt.scale_loss(tf.constant(1.0))) == 2.0**15
     loss_grad = lambda: tf.constant([3.0 * 2.0**15], tf.float32)  # noqa: E731
     opt.apply_gradients([(loss_grad(), w)])
