@@ -56,3 +56,38 @@ def test_check_forward_runs_the_net_in_full_float32(monkeypatch):
                            folder / "mlp_forward.npz")
     assert report.ok, str(report)
     assert len(seen) == 1  # the one forward pass ran inside the block
+
+
+@pytest.mark.tensorflow_only
+def test_dense_gradient_scatters_tensorflow_indexed_slices(tf):
+    sparse = tf.IndexedSlices(values=tf.constant([[1.0, 2.0], [3.0, 4.0]]),
+                              indices=tf.constant([2, 0]), dense_shape=tf.constant([3, 2]))
+    dense = _backend.dense_gradient(sparse)
+    assert not isinstance(dense, tf.IndexedSlices)
+    assert dense.numpy().tolist() == [[3.0, 4.0], [0.0, 0.0], [1.0, 2.0]]
+
+
+def test_dense_gradient_leaves_a_dense_gradient_as_it_is():
+    import numpy as np
+
+    gradient = np.ones([2, 2], "float32")
+    assert _backend.dense_gradient(gradient) is gradient
+
+
+@pytest.mark.tensorflow_only
+def test_caffe2_momentum_sgd_takes_an_embeddings_sparse_gradient_as_its_dense_form(tf):
+    """Caffe2 rejected sparse gradients; an Embedding's is densified, so the update is the
+    dense one bit for bit (the unread rows get the momentum step of a zero gradient)."""
+    from tfinit import mixed_precision as mp
+
+    sparse = tf.IndexedSlices(values=tf.constant([[0.5, -1.0]]), indices=tf.constant([1]),
+                              dense_shape=tf.constant([3, 2]))
+    results = []
+    for gradient in (sparse, tf.convert_to_tensor(sparse)):
+        variable = tf.Variable(tf.ones([3, 2]))
+        opt = mp.Caffe2MomentumSGD(0.1, momentum=0.9)
+        for _ in range(2):
+            opt.apply_gradients([(gradient, variable)])
+        results.append(variable.numpy())
+    assert results[0].tobytes() == results[1].tobytes()
+    assert results[0][0].tolist() == [1.0, 1.0] and results[0][1].tolist() != [1.0, 1.0]

@@ -42,6 +42,17 @@ def tensorflow(feature):
     return tf
 
 
+def dense_gradient(gradient):
+    """``gradient`` as a dense tensor: TensorFlow's ``tf.IndexedSlices`` (an embedding's
+    sparse gradient) converted; every other backend's gradients are dense already."""
+    if name() == "tensorflow":
+        import tensorflow as tf
+
+        if isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+    return gradient
+
+
 def check_holds(dtype, op_name):
     """``ValueError`` if the active backend cannot hold ``dtype`` exactly.
 

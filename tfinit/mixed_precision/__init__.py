@@ -76,7 +76,8 @@ else:
                                                      set_master_weights)
     from tfinit.mixed_precision._callbacks import EarlyStopping
     from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
+    from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
 
     __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
                "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
-               "PairPolicy", "PseudoFP16Policy"]
+               "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy"]

@@ -15,9 +15,9 @@ update, on the parameters brew tags WEIGHT only; ``weight_decay=`` is Keras's de
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
+from tfinit import _backend
 from tfinit.parameter_info import caffe2_tag
 
 
@@ -109,8 +109,7 @@ class Caffe2MomentumSGD(keras.optimizers.Optimizer):
         self._caffe2_decayed = [caffe2_tag(v) == "WEIGHT" for v in variables]
 
     def update_step(self, gradient, variable, learning_rate):
-        if isinstance(gradient, tf.IndexedSlices):
-            gradient = tf.convert_to_tensor(gradient)
+        gradient = _backend.dense_gradient(gradient)
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
         mu = ops.cast(self.momentum, dtype)
