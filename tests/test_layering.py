@@ -57,7 +57,7 @@ LAYERS = [
             ["_checkpoint", "_policy", "_replicas", "_variable"],
             # JAX: the pair records made from built layers (no variable creator there)
             ["_optimizer", "_weights", "_jax_pairs"],
-            ["_creator", "_jax_optimizer", "_jax_weights"],
+            ["_creator", "_jax_optimizer", "_jax_weights", "_jax_replicas"],
             ["_callbacks", "_jax_scope"],  # EarlyStopping reads either backend's masters
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)

@@ -82,10 +82,28 @@ for mode, dtype in SPECS:
         assert copy[0].dtype == dtype and master[0].dtype == np.float32, label
         assert master[0].astype(copy[0].dtype).tobytes() == copy[0].tobytes(), \
             (label, pair.param.path)
+    assert mp.replica_mismatches(model) == [], label
     path = os.path.join(tempfile.mkdtemp(), "m.weights.h5")
     mp.save_weights(model, path)
     plain = make()
     plain.load_weights(path)
     assert [w.tobytes() for w in plain.get_weights()] == [m.tobytes() for m in masters], label
     print(label, "masters bit-identical to Keras mixed under DataParallel")
+# replica_mismatches finds a replica that differs on one device, and a copy not cast(master)
+with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    model = make()
+kernel = _jax_pairs.pair_of(model.layers[0].kernel)
+good = kernel.master.value
+bad = np.asarray(good).copy()
+bad[0, 0] += 0.5
+sharding = good.sharding
+split = jax.make_array_from_single_device_arrays(
+    good.shape, sharding, [jax.device_put(good_or_bad, device) for good_or_bad, device in
+                           zip([np.asarray(good), bad], sorted(devices, key=lambda d: d.id))])
+keras.Variable.assign(kernel.master, split)
+path = kernel.param.path
+assert mp.replica_mismatches(model) == [f"{path}: master differs between replicas",
+                                        f"{path}: copy != cast(master) on replica 1"], \
+    mp.replica_mismatches(model)
+print("replica_mismatches: a replica changed on one device is found")
 print("OK")

@@ -199,7 +199,8 @@ def test_files_store_the_masters_and_load_them_exactly(mp, tmp_path, mode, dtype
 @jax_only
 @pytest.mark.parametrize("name", ["scope", "parameter_info", "MasterWeightOptimizer",
                                   "sync_copies", "get_master_weights", "set_master_weights",
-                                  "save_weights", "EarlyStopping"])
+                                  "save_weights", "EarlyStopping", "Caffe2MomentumSGD",
+                                  "replica_mismatches"])
 def test_jax_docstring_examples_run(mp, name):
     obj = getattr(mp, name)
     tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})

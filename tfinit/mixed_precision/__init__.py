@@ -77,7 +77,8 @@ else:
     from tfinit.mixed_precision._callbacks import EarlyStopping
     from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
     from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
+    from tfinit.mixed_precision._jax_replicas import replica_mismatches
 
     __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
                "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
-               "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy"]
+               "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]

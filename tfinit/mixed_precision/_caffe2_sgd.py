@@ -65,7 +65,7 @@ class Caffe2MomentumSGD(keras.optimizers.Optimizer):
     >>> import keras
     >>> import numpy as np
     >>> from tfinit import mixed_precision as mp
-    >>> param = keras.Variable([1.0, 2.0])
+    >>> param = keras.Variable(np.array([1.0, 2.0], "float32"))
     >>> opt = mp.Caffe2MomentumSGD(learning_rate=0.5, momentum=0.5)
     >>> _ = opt.apply_gradients([(np.array([1.0, -1.0], "float32"), param)])
     >>> param.numpy()                                   # -= (1 + 0.5) * 0.5 * g
