@@ -7,7 +7,9 @@ scaling for float16) from the same fp32 weights, on the same data, for the same 
 oracle, the same model under Keras ``mixed_<dtype>`` with the same distribution. The masters
 must be bit-identical to the oracle's weights, the copies ``cast(master)``, and every master
 and copy replicated over both devices with the two replicas equal; ``save_weights`` writes
-the masters, which a plain fp32 model under the same distribution loads exactly.
+the masters, which a plain fp32 model under the same distribution loads exactly;
+``replica_mismatches`` is ``[]``. Then ``master="split"`` (bfloat16) must give the fp32-master
+run's masters bit for bit, and a master changed on one device only must be reported.
 """
 
 import os
@@ -89,6 +91,17 @@ for mode, dtype in SPECS:
     plain.load_weights(path)
     assert [w.tobytes() for w in plain.get_weights()] == [m.tobytes() for m in masters], label
     print(label, "masters bit-identical to Keras mixed under DataParallel")
+# master="split" (bfloat16 copy + int16 remainder, the fp32 master only inside the step) under
+# the same distribution: its masters are the fp32-master run's, bit for bit
+runs = {}
+for master in ("fp32", "split"):
+    with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master=master):
+        model = make()
+    runs[master] = mp.get_master_weights(train(model, mp.set_master_weights))
+    assert mp.replica_mismatches(model) == [], master
+assert [m.tobytes() for m in runs["split"]] == [m.tobytes() for m in runs["fp32"]]
+print("split masters bit-identical to fp32 masters under DataParallel")
+
 # replica_mismatches finds a replica that differs on one device, and a copy not cast(master)
 with mp.scope("pseudo_fp16", compute_dtype="float16"):
     model = make()
