@@ -52,8 +52,8 @@ LAYERS = [
     [
         package("mixed_precision", [
             # the active scopes; the pair records; weight files seen through conversions; the split
-            # layout on JAX
-            ["_caffe2_sgd", "_pairs", "_state", "_weight_files", "_jax_split"],
+            # layout on JAX; what replica_mismatches reports (either backend)
+            ["_caffe2_sgd", "_pairs", "_state", "_weight_files", "_jax_split", "_replica_checks"],
             ["_checkpoint", "_policy", "_replicas", "_variable"],
             # JAX: the pair records made from built layers (no variable creator there)
             ["_optimizer", "_weights", "_jax_pairs"],

@@ -9,7 +9,7 @@ whole, as one.
 import numpy as np
 from keras import ops
 
-from tfinit.mixed_precision import _jax_pairs
+from tfinit.mixed_precision import _jax_pairs, _replica_checks
 
 
 def _replicas(value):
@@ -68,13 +68,8 @@ def replica_mismatches(model_or_variables):
             members = ([("copy", pair.param), ("remainder", pair.remainder)]
                        if isinstance(pair, _jax_pairs.SplitJaxPair)
                        else [("copy", pair.copy), ("master", pair.master)])
+        replicas = [(role, _replicas(member.value)) for role, member in members]
+        masters = dict(replicas).get("master")  # a split copy is its master's top half
         name = (pair.param if pair is not None else variable).path
-        replicas = {role: _replicas(member.value) for role, member in members}
-        for role, parts in replicas.items():
-            if any(part.tobytes() != parts[0].tobytes() for part in parts[1:]):
-                problems.append(f"{name}: {role} differs between replicas")
-        if "master" in replicas:
-            for replica, (copy, master) in enumerate(zip(replicas["copy"], replicas["master"])):
-                if master.astype(copy.dtype).tobytes() != copy.tobytes():
-                    problems.append(f"{name}: copy != cast(master) on replica {replica}")
+        problems += _replica_checks.mismatches(name, replicas, masters)
     return problems

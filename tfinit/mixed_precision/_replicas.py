@@ -1,9 +1,8 @@
 """Whether the local replicas of paired variables agree, bit for bit."""
 
 import numpy as np
-import tensorflow as tf
 
-from tfinit.mixed_precision import _pairs
+from tfinit.mixed_precision import _pairs, _replica_checks
 
 
 def replica_mismatches(model_or_variables):
@@ -44,7 +43,6 @@ def replica_mismatches(model_or_variables):
     problems, seen = [], set()
     for variable in _pairs.variables_of(model_or_variables, "replica_mismatches"):
         pair = _pairs.pair_of(variable)
-        name = _pairs.variable_label(variable)
         if pair is None:
             members = [("variable", variable)]
         elif id(pair) in seen:
@@ -52,16 +50,10 @@ def replica_mismatches(model_or_variables):
         else:
             seen.add(id(pair))
             members = pair.stored()
-        for role, member in members:
-            parts = [np.asarray(c.numpy()) for c in _pairs.components(member)]
-            if any(p.tobytes() != parts[0].tobytes() for p in parts[1:]):
-                problems.append(f"{name}: {role} differs between replicas")
-        if pair is not None:
-            copy_index = [role for role, _ in members].index("copy")
-            per_replica = zip(*[_pairs.components(member) for _, member in members])
-            for replica, parts in enumerate(per_replica):
-                copy = parts[copy_index]
-                cast = tf.cast(pair.master_value(list(parts)), copy.dtype).numpy()
-                if cast.tobytes() != copy.numpy().tobytes():
-                    problems.append(f"{name}: copy != cast(master) on replica {replica}")
+        per_member = [_pairs.components(member) for _, member in members]
+        replicas = [(role, [np.asarray(c.numpy()) for c in components])
+                    for (role, _), components in zip(members, per_member)]
+        masters = None if pair is None else [
+            np.asarray(pair.master_value(list(parts)), np.float32) for parts in zip(*per_member)]
+        problems += _replica_checks.mismatches(_pairs.variable_label(variable), replicas, masters)
     return problems
