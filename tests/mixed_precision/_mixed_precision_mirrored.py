@@ -25,6 +25,7 @@ try:
     sys.exit(1)
 except ValueError as e:
     assert "inside the strategy's scope" in str(e), e
+keras.utils.set_random_seed(0)
 with strategy.scope(), mp.scope("pseudo_fp16", "float16"):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.05, momentum=0.9))
@@ -50,8 +51,15 @@ def step(batch, poison):
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
     return strategy.reduce("SUM", strategy.run(fn, args=batch), axis=None)
-losses = [float(step(next(it), tf.constant(False))) for _ in range(20)]
-assert losses[-1] < 0.2 * losses[0], losses
+def full_data_loss():
+    return float(np.mean((model(x).numpy().astype(np.float32) - y) ** 2))
+# Judged on all 32 samples, not one batch: a single batch's loss under momentum swings too
+# much to compare the first step with the last.
+start = full_data_loss()
+for _ in range(20):
+    step(next(it), tf.constant(False))
+end = full_data_loss()
+assert end < 0.1 * start, (start, end)
 def state():
     out = []
     for v in model.trainable_variables:
