@@ -6,6 +6,8 @@ Contenders, each trained with Adam (1e-3, mean squared error) on the same seeded
 - ``pseudo_fp16`` and ``reverse``: built in ``tfinit.mixed_precision.scope(mode, dtype)``,
   compiled with a plain Adam, which ``compile`` wraps in ``MasterWeightOptimizer`` (dynamic
   loss scaling for float16, none for bfloat16);
+- ``split`` (bfloat16 rows only): ``pseudo_fp16`` with ``master="split"``, the bfloat16
+  variable + an int16 remainder instead of an fp32 master;
 - ``keras_mixed`` (the baseline): Keras's ``mixed_<dtype>`` policy; ``compile`` wraps Adam
   in Keras's ``LossScaleOptimizer`` for float16, as it does for every user;
 - ``fp32``: everything float32, plain Adam.
@@ -71,7 +73,7 @@ NOT_JAX = ("The Keras backend is {backend!r}, not 'jax': run "
            "KERAS_BACKEND=jax python -m benchmarks.mixed_jax")
 NO_GPU = ("No accelerator found (jax.default_backend() is 'cpu'): JAX mixed-precision "
           "benchmark skipped (--cpu runs it on the CPU).")
-CONTENDERS = ("pseudo_fp16", "reverse", "keras_mixed", "fp32")
+CONTENDERS = ("pseudo_fp16", "split", "reverse", "keras_mixed", "fp32")
 DTYPES = ("float16", "bfloat16")
 
 SIZES = {
@@ -99,6 +101,11 @@ SIZES = {
 }
 
 
+def contenders(dtype):
+    """The contenders of a ``dtype`` row: ``master="split"`` exists for bfloat16 only."""
+    return tuple(c for c in CONTENDERS if c != "split" or dtype == "bfloat16")
+
+
 def accelerated():
     """Whether jax's default device is not the CPU."""
     return jax.default_backend() != "cpu"
@@ -112,7 +119,10 @@ def build(contender, model_name, dtype, s):
     from tfinit import mixed_precision as mp
 
     make = MODELS[model_name]
-    if contender in ("pseudo_fp16", "reverse"):
+    if contender == "split":
+        with mp.scope("pseudo_fp16", compute_dtype=dtype, master="split"):
+            model = make(s[model_name])
+    elif contender in ("pseudo_fp16", "reverse"):
         with mp.scope(contender, compute_dtype=dtype):
             model = make(s[model_name])
     else:
@@ -194,9 +204,9 @@ def _ratio(times, label, base):
 
 
 def compare_config(model_name, dtype, s):
-    """Four rows (one per contender) for ``model_name`` in ``dtype``."""
-    steps = {c: Step(c, model_name, dtype, s) for c in CONTENDERS}
-    times = {c: [] for c in CONTENDERS}
+    """One row per contender of ``dtype`` for ``model_name``."""
+    steps = {c: Step(c, model_name, dtype, s) for c in contenders(dtype)}
+    times = {c: [] for c in steps}
 
     def timed(label):
         def sample():
@@ -205,7 +215,7 @@ def compare_config(model_name, dtype, s):
             return seconds
         return sample
 
-    runs = {c: timed(c) for c in CONTENDERS}
+    runs = {c: timed(c) for c in steps}
     start = time.perf_counter()
     compare(model_name, runs.pop("pseudo_fp16"), runs.pop("keras_mixed"), s["repeats"],
             warmup=s["warmup"], others=runs, self_timed=True)
@@ -213,7 +223,7 @@ def compare_config(model_name, dtype, s):
     for label in times:  # the warm-up samples are not rounds
         del times[label][:s["warmup"]]
     rows = []
-    for c in CONTENDERS:
+    for c in steps:
         ratio, ci95 = _ratio(times, c, "keras_mixed")
         rows.append({
             "model": model_name, "dtype": dtype, "contender": c,

@@ -51,7 +51,7 @@ def test_rows_columns_and_figures(results):
     rows = data["rows"]
     assert data["skipped"] == []
     assert [(r["model"], r["dtype"], r["contender"]) for r in rows] == [
-        (m, d, c) for m, d in s["configs"] for c in mixed_jax.CONTENDERS]
+        (m, d, c) for m, d in s["configs"] for c in mixed_jax.contenders(d)]
     assert {d for _, d in s["configs"]} == {"float16", "bfloat16"}
     for row in rows:
         assert list(row) == COLUMNS, row
@@ -61,9 +61,9 @@ def test_rows_columns_and_figures(results):
         assert _positive(low) and low <= row["ratio"] <= high, row
         assert f"| {row['model']} | {row['dtype']} | {row['contender']} |" in md
     by = {(r["model"], r["contender"]): r for r in rows}
-    for model, _ in s["configs"]:
+    for model, dtype in s["configs"]:
         assert by[model, "keras_mixed"]["ratio"] == 1.0 and by[model, "fp32"]["vs_fp32"] == 1.0
-        params = {by[model, c]["params"] for c in mixed_jax.CONTENDERS}
+        params = {by[model, c]["params"] for c in mixed_jax.contenders(dtype)}
         assert len(params) == 1, (model, params)
         # measured from the arrays: fp32 weight + Adam's two fp32 slots
         assert by[model, "keras_mixed"]["bytes_per_param"] == 12.0, model
@@ -72,6 +72,10 @@ def test_rows_columns_and_figures(results):
         assert by["mlp", contender]["bytes_per_param"] == 14.0, contender
         # the transformer's LayerNormalization weights stay fp32, unpaired
         assert 12.0 < by["transformer", contender]["bytes_per_param"] < 14.0, contender
+    # split (the bfloat16 transformer): bfloat16 variable + int16 remainder, fp32 Adam slots;
+    # the scratch fp32 master holds nothing between steps
+    assert "split" not in mixed_jax.contenders("float16")
+    assert by["transformer", "split"]["bytes_per_param"] <= 12.0
 
 
 def test_without_an_accelerator_it_says_so_and_writes_nothing(monkeypatch, capsys, tmp_path):
