@@ -86,9 +86,6 @@ JAX_GAPS = {
          'pseudo_fp16-float16-lstm-jit_compile', 'pseudo_fp16-float16-lstm-tf_function',
          'pseudo_fp16-float16-simple_rnn-fit', 'pseudo_fp16-float16-simple_rnn-jit_compile',
          'pseudo_fp16-float16-simple_rnn-tf_function']),
-    'test_three_save_load_generations_keep_masters_and_policy': (
-        'save/load chains across scopes of other modes are not supported on JAX yet',
-        ['pseudo16>rev_bf16>pseudo_bf16>rev16', 'rev16>pseudo_bf16>rev_bf16>pseudo16']),
 }
 
 

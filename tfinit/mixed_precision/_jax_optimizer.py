@@ -235,6 +235,22 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         for pair in pairs:
             pair.close_step()  # copies re-cast; split: split back, the scratch emptied
 
+    def load_own_variables(self, store):
+        """Keras's, except the pairs' variables this optimizer carries as state (a
+        pseudo_fp16 master, a reverse copy, a split remainder) are not read from it.
+
+        Which variable of a pair sits at such an index depends on the scope the file was
+        written in (a reverse file has the bfloat16 copies where a pseudo_fp16 model has its
+        fp32 masters); the layers' entries of the same file hold the exact masters and set
+        every pair (its copy or remainder re-made), whatever the mode of either side.
+        """
+        if len(store.keys()) != len(self.variables):
+            return super().load_own_variables(store)  # Keras's warning, nothing loaded
+        paired = {id(p.other) for p in _jax_pairs.pairs_of(self._trainable_variables or [])}
+        for index, variable in enumerate(self.variables):
+            if id(variable) not in paired:
+                variable.assign(store[str(index)])
+
     def get_config(self):
         config = super().get_config()
         config.pop("initial_scale", None)
