@@ -196,6 +196,9 @@ def test_recurrent_layers_train_like_keras_mixed(rnn, how, mode, dtype):
     says by how much: each SGD update within 8 ulps of the compute dtype relative to that
     array's largest update (a lost loss-scale division, a 16-bit accumulator or a missing
     gradient is off by far more).
+
+    On JAX, pseudo_fp16 ``SimpleRNN``/``LSTM``/``Bidirectional`` sum a weight's gradient over
+    the time steps in 16 bits (``_sums_16_bit_gradients``): only the closeness check applies.
     """
     ref, model = P.twins(_rnn_model(rnn), mode, dtype)
     before = ref.get_weights()
