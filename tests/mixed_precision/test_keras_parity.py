@@ -77,20 +77,6 @@ JAX_GAPS = {
          'pseudo_fp16-bfloat16-multi_optimizer',
          'pseudo_fp16-float16-exclude_from_weight_decay', 'pseudo_fp16-float16-multi_optimizer',
          'pseudo_fp16-float16-nadam', 'reverse-float16-nadam']),
-    'test_recurrent_layers_train_like_keras_mixed': (
-        'recurrent layers differ from Keras mixed_* on JAX (not diagnosed yet)',
-        ['pseudo_fp16-bfloat16-bidirectional_lstm-fit',
-         'pseudo_fp16-bfloat16-bidirectional_lstm-jit_compile',
-         'pseudo_fp16-bfloat16-bidirectional_lstm-tf_function', 'pseudo_fp16-bfloat16-lstm-fit',
-         'pseudo_fp16-bfloat16-lstm-jit_compile', 'pseudo_fp16-bfloat16-lstm-tf_function',
-         'pseudo_fp16-bfloat16-simple_rnn-fit', 'pseudo_fp16-bfloat16-simple_rnn-jit_compile',
-         'pseudo_fp16-bfloat16-simple_rnn-tf_function',
-         'pseudo_fp16-float16-bidirectional_lstm-fit',
-         'pseudo_fp16-float16-bidirectional_lstm-jit_compile',
-         'pseudo_fp16-float16-bidirectional_lstm-tf_function', 'pseudo_fp16-float16-lstm-fit',
-         'pseudo_fp16-float16-lstm-jit_compile', 'pseudo_fp16-float16-lstm-tf_function',
-         'pseudo_fp16-float16-simple_rnn-fit', 'pseudo_fp16-float16-simple_rnn-jit_compile',
-         'pseudo_fp16-float16-simple_rnn-tf_function']),
 }
 
 
@@ -212,6 +198,9 @@ def test_recurrent_layers_train_like_keras_mixed(rnn, how, mode, dtype):
     says by how much: each SGD update within 8 ulps of the compute dtype relative to that
     array's largest update (a lost loss-scale division, a 16-bit accumulator or a missing
     gradient is off by far more).
+
+    On JAX, pseudo_fp16 ``SimpleRNN``/``LSTM``/``Bidirectional`` sum a weight's gradient over
+    the time steps in 16 bits (``_sums_16_bit_gradients``): only the closeness check applies.
     """
     ref, model = P.twins(_rnn_model(rnn), mode, dtype)
     before = ref.get_weights()
@@ -230,8 +219,79 @@ def test_recurrent_layers_train_like_keras_mixed(rnn, how, mode, dtype):
     changed = [not np.array_equal(h, b) for h, b in zip(have, before)]
     assert all(changed), f"arrays not updated: {np.array(P.names(ref))[~np.array(changed)]}"
     P.assert_close(have, want, before, dtype, P.names(ref))  # the gist, on a failure
-    P.assert_bitwise(have, want, P.names(ref))
+    if not _sums_16_bit_gradients(rnn, mode):
+        P.assert_bitwise(have, want, P.names(ref))
     P.assert_copies_synced(model)
+
+
+#: the recurrent layers whose cell reads each weight inside ``lax.scan``'s body on Keras's JAX
+#: backend (CPU: Keras's fused JAX paths are cuDNN's LSTM and a GRU that reads its weights
+#: once, before the scan, which gives Keras mixed and tfinit the same bits)
+_READ_PER_TIME_STEP = ("simple_rnn", "lstm", "bidirectional_lstm")
+
+
+def _sums_16_bit_gradients(rnn, mode):
+    """pseudo_fp16 on JAX, a weight read at every time step: JAX sums the weight's gradient
+    over the steps in 16 bits (the variable is the 16-bit copy; issue 33's decided semantics,
+    Caffe2's PseudoFP16), where Keras mixed sums the fp32 casts of the step gradients in fp32.
+    The masters then differ from Keras's in the last bits; the closeness check above bounds
+    them and ``test_recurrent_pseudo_fp16_gradient_error_on_jax`` measures the error."""
+    return (keras.backend.backend() == "jax" and mode == "pseudo_fp16"
+            and rnn in _READ_PER_TIME_STEP)
+
+
+#: tfinit's first-step gradient error against an fp32 model's, at most this many times Keras
+#: mixed's own (max |g - g_fp32| / max |g_fp32| over the recurrent layer's arrays; Keras 3.15,
+#: JAX CPU, data of P.data, loss scaled by 256 on both sides). Measured tfinit / Keras mixed:
+#: simple_rnn 1.13e-3 / 1.10e-3 (float16), 7.77e-3 / 6.67e-3 (bfloat16); lstm 3.46e-3 /
+#: 3.01e-3, 1.62e-2 / 1.07e-2; bidirectional_lstm 1.38e-3 / 1.14e-3, 2.02e-2 / 1.94e-2:
+#: ratios 1.03-1.51. A 16-bit sum that lost the loss scale, a missing step's gradient or an
+#: accumulator saturating in float16 would be off by far more.
+RNN_GRADIENT_ERROR_FACTOR = 2.0
+
+
+def _first_step_gradients(model, x, y, scale):
+    """d(mean squared error * scale) / d(trainable values) / scale, in float64 (JAX)."""
+    import jax
+
+    trainable = [v.value for v in model.trainable_variables]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+
+    def loss_fn(trainable):
+        pred, _ = model.stateless_call(trainable, non_trainable, x, training=True)
+        return keras.ops.mean(keras.ops.square(keras.ops.cast(pred, "float32") - y)) * scale
+
+    return [np.asarray(g, np.float64) / scale for g in jax.grad(loss_fn)(trainable)]
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="runs in CI's JAX pass")
+@pytest.mark.parametrize("dtype", P.DTYPES)
+@pytest.mark.parametrize("rnn", _READ_PER_TIME_STEP)
+def test_recurrent_pseudo_fp16_gradient_error_on_jax(rnn, dtype):
+    """pseudo_fp16 on JAX: a recurrent weight's gradient is 16-bit and summed over the time
+    steps in 16 bits (``_sums_16_bit_gradients``); its error against an fp32 model's gradient
+    stays within ``RNN_GRADIENT_ERROR_FACTOR`` of Keras mixed's own error (fp32 sum of the
+    per-step casts). Compared with fp32 Keras (not fp64: Keras's JAX RNN keeps a float32 scan
+    carry under a float64 policy), whose own error is ~1e4 times smaller than either's."""
+    ref, model = P.twins(_rnn_model(rnn), "pseudo_fp16", dtype)
+    with P.keras_policy("float32"):
+        fp32 = _rnn_model(rnn)()
+    fp32.set_weights(ref.get_weights())
+    x, y = P.data((4, 3), (1,), n=P.BATCH)
+    exact = _first_step_gradients(fp32, x, y, 1.0)
+    rnn_arrays = len(exact) - 2  # the head Dense's kernel and bias come last
+
+    def error(model):
+        grads = _first_step_gradients(model, x, y, 256.0)
+        return max(float(np.max(np.abs(g - e)) / np.max(np.abs(e)))
+                   for g, e in zip(grads[:rnn_arrays], exact[:rnn_arrays]))
+
+    assert [str(v.dtype) for v in model.trainable_variables] == [dtype] * len(exact)
+    have, keras_mixed = error(model), error(ref)
+    assert 0 < keras_mixed < 10 * P.eps(dtype), keras_mixed  # a 16-bit computation's error
+    assert have <= RNN_GRADIENT_ERROR_FACTOR * keras_mixed, (
+        f"{rnn} {dtype}: tfinit's gradient error {have:.3g} against fp32, Keras mixed's "
+        f"{keras_mixed:.3g} (factor {have / keras_mixed:.2f} > {RNN_GRADIENT_ERROR_FACTOR})")
 
 
 # ----------------------------------------------------------------- 2. every optimizer
