@@ -52,9 +52,6 @@ JAX_GAPS = {
         'a plain optimizer reaching paired variables is not refused on JAX (no variable '
         'hooks)',
         ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
-    'test_float8_training_variables_have_no_master_and_train_like_keras': (
-        'float8 quantized training variables are paired on JAX',
-        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16', 'reverse-bfloat16', 'reverse-float16']),
     'test_l2_penalty_is_keras_mixed_fp32_penalty_and_trains_alike': (
         'regularizer penalties read the 16-bit copy on JAX, not the master',
         ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
@@ -64,19 +61,11 @@ JAX_GAPS = {
         "which CPU's dot_general rejects (ValueError); the explicit-scores path matches bit "
         'for bit (test_keras_mixed_quirks.py)',
         ['pseudo_fp16-float16-attention', 'reverse-float16-attention']),
-    'test_lora_weights_stay_float32_and_train_like_keras': (
-        'LoRA weights added to a built layer are paired on JAX',
-        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16', 'reverse-bfloat16', 'reverse-float16']),
     'test_optimizer_fit_masters_equal_keras_mixed': (
         "Keras mixed_float16's Nadam is wrong on JAX: LossScaleOptimizer.build does not "
         "track the inner Nadam's u_product, so it is no state of the compiled step and stays "
-        '1.0 (tfinit equals Keras with it tracked: test_keras_mixed_quirks.py); '
-        'MultiOptimizer routing and weight-decay exclusions by path do not see the '
-        'pseudo_fp16 masters (separate variables, own paths)',
-        ['pseudo_fp16-bfloat16-exclude_from_weight_decay',
-         'pseudo_fp16-bfloat16-multi_optimizer',
-         'pseudo_fp16-float16-exclude_from_weight_decay', 'pseudo_fp16-float16-multi_optimizer',
-         'pseudo_fp16-float16-nadam', 'reverse-float16-nadam']),
+        '1.0 (tfinit equals Keras with it tracked: test_keras_mixed_quirks.py)',
+        ['pseudo_fp16-float16-nadam', 'reverse-float16-nadam']),
 }
 
 
@@ -315,6 +304,11 @@ def _excluding_biases(model):
     return opt
 
 
+def _by_name(optimizer, var_names):
+    optimizer.exclude_from_weight_decay(var_names=var_names)
+    return optimizer
+
+
 OPT = keras.optimizers
 OPTIMIZERS = {
     "sgd_momentum": lambda m: OPT.SGD(0.05, momentum=0.9),
@@ -335,6 +329,8 @@ OPTIMIZERS = {
     "multi_optimizer": _multi,
     # options, on the optimizers that use them
     "exclude_from_weight_decay": _excluding_biases,
+    # by name, anchored: the variable the inner optimizer updates must carry the layer's name
+    "exclude_by_name": lambda m: _by_name(OPT.AdamW(0.05, weight_decay=0.5), ["bias$"]),
     "gradient_accumulation": lambda m: OPT.Adam(1e-2, gradient_accumulation_steps=2),
     "clipnorm": lambda m: OPT.SGD(0.5, clipnorm=1e-3),
     "global_clipnorm": lambda m: OPT.Adam(1e-2, global_clipnorm=1e-3),
@@ -794,6 +790,28 @@ def test_lora_weights_stay_float32_and_train_like_keras(mode, dtype):
     P.assert_close(have, want, before, dtype, P.names(ref))
     if mode == "reverse":
         P.assert_bitwise(have, want, P.names(ref))
+
+
+@spec_matrix
+def test_frozen_layer_keeps_its_masters_and_trains_like_keras(mode, dtype):
+    """A layer frozen with ``trainable = False``: fit leaves its masters exact (on JAX Keras
+    assigns every model variable its value after fit; a frozen pseudo_fp16 copy is no
+    optimizer state, and that assign must not round its master to 16 bits), and the model
+    trains as under Keras mixed."""
+    def frozen():
+        model = _dense_model()
+        model.layers[0].trainable = False
+        return model
+
+    ref, model = P.twins(frozen, mode, dtype)
+    before = ref.get_weights()
+    x, y = P.data((6,), (2,), n=3 * P.BATCH)
+    have, want = P.fit_twins(ref, model, _adam(), x, y, key="frozen")
+    kernel = P.index_of(ref, "hidden/kernel")
+    assert have[kernel].tobytes() == before[kernel].tobytes()
+    assert want[kernel].tobytes() == before[kernel].tobytes()
+    P.assert_bitwise(have, want, P.names(ref))
+    P.assert_copies_synced(model)
 
 
 class _Counter(keras.layers.Layer):

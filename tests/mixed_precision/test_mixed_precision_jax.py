@@ -99,9 +99,14 @@ def test_writes_reach_the_master_and_set_weights_is_lossless(mp, mode, dtype):
     with mp.scope(mode, compute_dtype=dtype):
         model = _model()
     masters = mp.get_master_weights(model)
-    model.set_weights(model.get_weights())  # 16-bit arrays in pseudo_fp16: widened exactly
-    copies = [w.astype(np.float32) for w in model.get_weights()]
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), copies))
+    model.set_weights(model.get_weights())  # a 16-bit value touches only what it changes
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), masters))
+    changed = [w.copy() for w in model.get_weights()]
+    changed[0][0, 0] = changed[0][0, 0] + changed[0].dtype.type(1)  # that element: widened
+    model.set_weights(changed)
+    want = [m.copy() for m in masters]
+    want[0][0, 0] = np.float32(changed[0][0, 0])
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), want))
     mp.set_master_weights(model, masters)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), masters))
     kernel = model.layers[0].kernel

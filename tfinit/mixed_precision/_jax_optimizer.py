@@ -145,6 +145,10 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         self.dynamic_scale = self.add_variable(
             shape=(), dtype=MASTER_DTYPE, initializer=keras.initializers.Constant(
                 self.initial_scale), aggregation="none", name="dynamic_scale")
+        # Exclusions set on the inner optimizer before it was wrapped name the layer's
+        # variables (pseudo_fp16: the copies); its updates go to the masters.
+        internals.carry_weight_decay_exclusions(
+            self.inner_optimizer, [(v, t) for v, t in zip(var_list, targets) if v is not t])
         if self.state_dtype not in (None, MASTER_DTYPE):
             _jax_split.keep_state_in(self.inner_optimizer, self.state_dtype,
                                      [p.master for p in _jax_pairs.pairs_of(var_list)])
@@ -234,6 +238,28 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer.apply(unscaled, self._targets)
         for pair in pairs:
             pair.close_step()  # copies re-cast; split: split back, the scratch emptied
+
+    def _masters_of(self, variables):
+        """``variables`` with each paired one replaced by the variable the inner optimizer
+        updates for it (its master; reverse: itself)."""
+        _jax_pairs.pair_pending()
+        return [v if _jax_pairs.pair_of(v) is None else _jax_pairs.pair_of(v).master
+                for v in variables]
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """As Keras's, for the inner optimizer; paired variables map to their masters (a
+        master has its layer variable's name and path, so ``var_names`` match alike)."""
+        targets = self._masters_of(var_list) if var_list else None
+        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
+
+    def finalize_variable_values(self, var_list):
+        """As Keras's, on the masters (EMA's averages are set on them; copies re-cast)."""
+        pairs = _jax_pairs.pairs_of(var_list)
+        for pair in pairs:
+            pair.open_step()  # a split pair's master joined into its scratch variable
+        self.inner_optimizer.finalize_variable_values(self._masters_of(var_list))
+        for pair in pairs:
+            pair.close_step()
 
     def load_own_variables(self, store):
         """Keras's, except the pairs' variables this optimizer carries as state (a

@@ -24,6 +24,8 @@ variables only); ``MasterWeightOptimizer`` makes it part of its own state, so ``
 compiled step updates it and Keras writes it back when it syncs the state.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 from keras import ops
@@ -176,10 +178,18 @@ class PairedVariable(keras.Variable):
     reverse master) sets the fp32 master to the value exactly and re-casts the copy, so
     ``set_weights(get_weights())`` is lossless and no write leaves a stale copy;
     ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own.
+
+    A 16-bit value given to a pseudo_fp16 copy (eager) touches only the elements it changes,
+    as on TensorFlow: where its bits are ``cast(master)``'s the master is kept, so
+    ``set_weights(get_weights())`` leaves every master bit-identical. This matters after
+    ``fit``: Keras's JAX trainer assigns every model variable its value from the compiled
+    step, and a frozen paired variable (``trainable = False``, a LoRA-frozen kernel) is no
+    optimizer state, so its master would otherwise be rounded to 16 bits.
     """
 
     def assign(self, value):
-        pair_of(self).assign_master(value)
+        pair = pair_of(self)
+        pair.assign_master(_keeping_unchanged_masters(pair, value))
         return value
 
     def assign_add(self, value):
@@ -191,6 +201,29 @@ class PairedVariable(keras.Variable):
         pair = pair_of(self)
         pair.assign_master(ops.subtract(pair.master_tensor(), ops.cast(value, MASTER_DTYPE)))
         return value
+
+
+def _keeping_unchanged_masters(pair, value):
+    """What to set the master to for an assign of ``value``: ``value``, except where a 16-bit
+    ``value`` (eager, outside a stateless scope) given to a pseudo_fp16 pair with an fp32
+    master has ``cast(master)``'s bits: there the master itself.
+
+    (Compared with the master's cast, not the copy: Keras empties the model's variables
+    during ``fit`` and syncs them back with assigns.)"""
+    import jax
+
+    copy, master = pair.copy, pair.master
+    if (not pair.spec.is_pseudo or pair.spec.is_split or isinstance(value, jax.core.Tracer)
+            or internals.in_stateless_scope() or not internals.is_initialized(master)
+            or not hasattr(value, "dtype")
+            or keras.backend.standardize_dtype(value.dtype) != copy.dtype
+            or tuple(value.shape) != tuple(copy.shape)):
+        return value
+    bits = jax.numpy.int16
+    same = jax.numpy.equal(
+        jax.lax.bitcast_convert_type(jax.numpy.asarray(value), bits),
+        jax.lax.bitcast_convert_type(ops.cast(master.value, copy.dtype), bits))
+    return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
 
 
 def _numpy_dtype(dtype):
@@ -206,7 +239,8 @@ def pair_pending():
     (a layer whose weights Keras has not created yet waits for a later call)."""
     for policy in _policy.policies_to_pair():
         waiting = False
-        for layer in _policy.layers_to_pair(policy):
+        layers = _policy.layers_to_pair(policy)
+        for layer in layers + _quantized_from(policy, layers):
             if _policy.use_normalization_policy(layer, policy):
                 continue
             variables = internals.own_trainable_variables(layer)
@@ -215,12 +249,36 @@ def pair_pending():
                 continue
             for variable in variables:
                 if (pair_of(variable) is None and variable.dtype == MASTER_DTYPE
-                        and internals.autocasts(variable)):
+                        and internals.autocasts(variable) and not _lora_weight(layer, variable)):
                     _make_pair(variable, policy.spec)
                     if policy.spec.is_pseudo:
                         install_layer_hooks(layer)
         if not waiting:
             _policy.done_pairing(policy)
+
+
+def _quantized_from(policy, layers):
+    """The layers nested in ``layers`` (or among them) that ``Model.quantize`` / ``quantize``
+    gave a quantized policy made from ``policy``'s name (``"float8_from_mixed_bfloat16"``):
+    Keras replaced ``policy`` on them, but their weights were built under it (on TensorFlow
+    they were paired when built)."""
+    found, seen = [], set()
+    for layer in layers:
+        for nested in internals.all_layers(layer):
+            held = nested.dtype_policy
+            if (id(nested) not in seen and held is not policy
+                    and held.quantization_mode is not None
+                    and held.name.endswith("_from_" + policy.name)):
+                seen.add(id(nested))
+                found.append(nested)
+    return found
+
+
+def _lora_weight(layer, variable):
+    """Whether ``variable`` is a LoRA weight ``layer.enable_lora`` added (Keras makes them
+    float32 on purpose, against under- and overflow while fine-tuning): it stays as Keras made
+    it, as on TensorFlow, where float32 weights added to a built layer are left alone."""
+    return bool(getattr(layer, "lora_enabled", False)) and variable.name.startswith("lora_")
 
 
 def _make_pair(variable, spec):
@@ -231,14 +289,17 @@ def _make_pair(variable, spec):
     if spec.is_split:
         copy, remainder = _jax_split.split(master_value)
         other = keras.Variable(remainder, dtype="int16", trainable=False, name=name)
-        scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE), dtype=MASTER_DTYPE,
-                                 trainable=False, name=variable.name + "_fp32_scratch")
+        with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
+            scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
+                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name)
         internals.release_value(scratch)
         internals.set_variable_dtype(variable, spec.compute_dtype, copy)
         pair = SplitJaxPair(variable, other, spec, scratch)
     else:
         if spec.is_pseudo:
-            other = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False, name=name)
+            with _path_of(variable):  # the inner optimizer's variable: the layer's name, path
+                other = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False,
+                                       name=variable.name)
             internals.set_variable_dtype(variable, spec.compute_dtype,
                                          ops.cast(master_value, spec.compute_dtype))
         else:
@@ -248,6 +309,22 @@ def _make_pair(variable, spec):
     setattr(variable, _INFO_ATTRIBUTE, pair)
     internals.make_instance_of(variable, PairedVariable)
     return pair
+
+
+def _path_of(variable):
+    """A name scope in which a Keras variable named ``variable.name`` gets ``variable.path``.
+
+    The inner optimizer keys what it does by path and name (``MultiOptimizer`` routes by
+    path, ``exclude_from_weight_decay(var_names=...)`` searches names, its state variables
+    are named after the path), so the variable it updates for a pair carries the layer
+    variable's, as a ``MasterVariable`` does on TensorFlow.
+    """
+    parent, _, last = variable.path.rpartition("/")
+    if not parent or last != variable.name:
+        return contextlib.nullcontext()
+    grandparent, _, scope_name = parent.rpartition("/")
+    # override_parent: whatever name scope is open now (an optimizer's build, ...) is ignored.
+    return keras.name_scope(scope_name, override_parent=grandparent, deduplicate=False)
 
 
 def pair_of(variable):
