@@ -45,16 +45,6 @@ spec_matrix = pytest.mark.parametrize("mode, dtype", SPECS, ids=SPEC_IDS)
 #: (docs/mixed-precision.md#on-kerass-jax-backend)
 #: test name -> (why, the parameter ids concerned); run on TensorFlow, skipped on JAX with it
 JAX_GAPS = {
-    'test_constraints_hold_for_masters_after_each_update_like_keras': (
-        'constraints are applied to the 16-bit copy, not the master, on JAX',
-        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
-    'test_custom_loop_with_a_plain_optimizer_trains_correctly_or_refuses': (
-        'a plain optimizer reaching paired variables is not refused on JAX (no variable '
-        'hooks)',
-        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
-    'test_l2_penalty_is_keras_mixed_fp32_penalty_and_trains_alike': (
-        'regularizer penalties read the 16-bit copy on JAX, not the master',
-        ['pseudo_fp16-bfloat16', 'pseudo_fp16-float16']),
     'test_layer_family_fit_masters_equal_keras_mixed': (
         'float16 MultiHeadAttention does not compile on JAX CPU, Keras mixed_float16 '
         'included: jax.nn.dot_product_attention asks for DotAlgorithmPreset.F16_F16_F32, '
@@ -434,7 +424,21 @@ def test_l2_penalty_is_keras_mixed_fp32_penalty_and_trains_alike(mode, dtype):
     P.assert_bitwise(have, want, what="model.losses")
     x, y = P.data((300,), (300,), n=2 * P.BATCH)
     have, want = P.fit_twins(ref, model, lambda m: OPT.SGD(0.1), x, y, key="l2")
-    P.assert_bitwise(have, want, P.names(ref))
+    if keras.backend.backend() == "jax" and mode == "pseudo_fp16":
+        # JAX's gradient of the 16-bit copy is 16-bit: the penalty's gradient (computed on
+        # the master, in fp32) is added to the data gradient there, one 16-bit rounding of
+        # the sum where Keras adds in fp32 (docs/mixed-precision.md). Bounded by that
+        # rounding: a 16-bit epsilon of how far SGD moved the weights.
+        moved = float(np.max(np.abs(want[0] - kernel)))
+        diff = float(np.max(np.abs(have[0] - want[0])))
+        epsilon = float(np.finfo(np.float16).eps) if dtype == "float16" else 2.0**-7
+        print(f"l2 {mode}-{dtype}: moved {moved:.3g}, max |tfinit - Keras| {diff:.3g}")
+        assert 0 < moved and diff <= epsilon * moved, (diff, moved)
+        # evaluate's compiled step carries no master: refused, not the copy's penalty.
+        with pytest.raises(ValueError, match=r"regularizer of variable '.*kernel'"):
+            model.evaluate(x, y, batch_size=P.BATCH, verbose=0)
+    else:
+        P.assert_bitwise(have, want, P.names(ref))
     P.assert_copies_synced(model)
 
 

@@ -229,7 +229,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         for grad, variable in zip(grads, self._trainable_variables):
             if grad is not None:
                 grad = ops.cast(grad, MASTER_DTYPE)
-                if scale is not None and not self._overwrite_variable_with_gradient(variable):
+                if scale is not None and not _jax_pairs.overwrites_with_gradient(variable):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
         pairs = _jax_pairs.pairs_of(self._trainable_variables)

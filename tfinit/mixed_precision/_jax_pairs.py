@@ -25,6 +25,7 @@ compiled step updates it and Keras writes it back when it syncs the state.
 """
 
 import contextlib
+import threading
 
 import keras
 import numpy as np
@@ -187,6 +188,39 @@ class PairedVariable(keras.Variable):
     optimizer state, so its master would otherwise be rounded to 16 bits.
     """
 
+    @property
+    def regularizer(self):
+        """A pseudo_fp16 variable's penalty is computed on its fp32 master (as Keras's mixed
+        policies compute it on their fp32 variable); see :class:`MasterPenalty`."""
+        penalty = keras.Variable.regularizer.fget(self)
+        pair = pair_of(self)
+        if penalty is None or pair is None or not pair.computes_with_copy:
+            return penalty
+        return MasterPenalty(penalty, self)
+
+    @regularizer.setter
+    def regularizer(self, value):
+        keras.Variable.regularizer.fset(self, value)
+
+    @property
+    def overwrite_with_gradient(self):
+        """Read by every Keras optimizer at build and at each apply: a pseudo_fp16 variable
+        refuses it, since a plain optimizer would update the 16-bit copy, not its master."""
+        if keras.Variable.overwrite_with_gradient.fget(self):
+            return True  # Keras's float8 scales: overwritten, never paired-updated
+        pair = pair_of(self)
+        if pair is not None and pair.computes_with_copy:
+            raise ValueError(
+                f"Variable {self.path!r} is the {self.dtype} copy of an fp32 master (built in "
+                "tfinit.mixed_precision.scope), and a plain Keras optimizer would update the "
+                "copy without its master. Wrap the optimizer: `tfinit.mixed_precision."
+                "MasterWeightOptimizer(keras.optimizers.Adam(...))` (model.compile does it).")
+        return False
+
+    @overwrite_with_gradient.setter
+    def overwrite_with_gradient(self, value):
+        keras.Variable.overwrite_with_gradient.fset(self, value)
+
     def assign(self, value):
         pair = pair_of(self)
         pair.assign_master(_keeping_unchanged_masters(pair, value))
@@ -203,6 +237,15 @@ class PairedVariable(keras.Variable):
         return value
 
 
+def _is_traced(value):
+    """Whether ``value`` is a JAX tracer (a value of a step being compiled)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return isinstance(value, jax.core.Tracer)
+
+
 def _keeping_unchanged_masters(pair, value):
     """What to set the master to for an assign of ``value``: ``value``, except where a 16-bit
     ``value`` (eager, outside a stateless scope) given to a pseudo_fp16 pair with an fp32
@@ -210,20 +253,77 @@ def _keeping_unchanged_masters(pair, value):
 
     (Compared with the master's cast, not the copy: Keras empties the model's variables
     during ``fit`` and syncs them back with assigns.)"""
-    import jax
-
     copy, master = pair.copy, pair.master
-    if (not pair.spec.is_pseudo or pair.spec.is_split or isinstance(value, jax.core.Tracer)
+    if (not pair.spec.is_pseudo or pair.spec.is_split or _is_traced(value)
             or internals.in_stateless_scope() or not internals.is_initialized(master)
             or not hasattr(value, "dtype")
             or keras.backend.standardize_dtype(value.dtype) != copy.dtype
             or tuple(value.shape) != tuple(copy.shape)):
         return value
-    bits = jax.numpy.int16
-    same = jax.numpy.equal(
-        jax.lax.bitcast_convert_type(jax.numpy.asarray(value), bits),
-        jax.lax.bitcast_convert_type(ops.cast(master.value, copy.dtype), bits))
+    same = ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
+                     ops.view(ops.cast(master.value, copy.dtype), "int16"))
     return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
+
+
+def overwrites_with_gradient(variable):
+    """Keras's ``overwrite_with_gradient`` of ``variable`` (a paired one's without refusal)."""
+    return bool(keras.Variable.overwrite_with_gradient.fget(variable))
+
+
+# The masters' values in a compiled training step (they are optimizer state there, not
+# values of the loss's stateless scope): set by the model's compute_loss_and_updates.
+_STEP = threading.local()
+
+
+@contextlib.contextmanager
+def step_values(variables, values):
+    """Inside: the value of each of ``variables`` in the step being traced is ``values``'s."""
+    previous = getattr(_STEP, "values", None)
+    _STEP.values = {id(v): value for v, value in zip(variables, values)}
+    try:
+        yield
+    finally:
+        _STEP.values = previous
+
+
+class MasterPenalty:
+    """A layer's regularizer applied to the fp32 master of a pseudo_fp16 variable (JAX).
+
+    Called with the variable (``layer.losses`` outside a step): the penalty of the master,
+    Keras mixed's value. In a stateless step (``fit``'s), with the copy's value ``x``: the
+    penalty of ``master + (x - stop_gradient(x))``, the master's value exactly, whose gradient
+    reaches the copy (cast to its 16-bit dtype: JAX's gradient of a 16-bit value is 16-bit).
+
+    Raises:
+        ValueError: in a stateless scope that does not carry the master (``evaluate``, a
+            custom ``stateless_call``): its penalty cannot be computed there.
+    """
+
+    def __init__(self, penalty, variable):
+        self.penalty = penalty
+        self.variable = variable
+
+    def __call__(self, x):
+        pair = pair_of(self.variable)
+        if x is self.variable:
+            return self.penalty(pair.master_tensor())
+        if not internals.in_stateless_scope():
+            return self.penalty(x)
+        other = (getattr(_STEP, "values", None) or {}).get(id(pair.other))
+        if other is None:
+            raise ValueError(
+                f"The regularizer of variable {self.variable.path!r} is computed on its fp32 "
+                "master, which this stateless computation does not carry (only fit's "
+                "training step with MasterWeightOptimizer does on JAX; evaluate and a custom "
+                "stateless_call do not). Read the penalty with `model.losses` outside it, or "
+                "leave the regularizer out of this computation.")
+        wide = ops.cast(x, MASTER_DTYPE)
+        if isinstance(pair, SplitJaxPair):
+            other = _jax_split.join(ops.stop_gradient(x), other)
+        return self.penalty(ops.add(other, ops.subtract(wide, ops.stop_gradient(wide))))
+
+    def get_config(self):
+        return self.penalty.get_config()
 
 
 def _numpy_dtype(dtype):
@@ -306,6 +406,8 @@ def _make_pair(variable, spec):
             other = keras.Variable(ops.cast(master_value, spec.compute_dtype),
                                    dtype=spec.compute_dtype, trainable=False, name=name)
         pair = JaxPair(variable, other, spec)
+    if spec.is_pseudo:  # Keras's optimizers constrain what they update: the master
+        pair.master.constraint = variable.constraint
     setattr(variable, _INFO_ATTRIBUTE, pair)
     internals.make_instance_of(variable, PairedVariable)
     return pair

@@ -85,6 +85,7 @@ def _adopt_constructed_layers(state):
     for layer in internals.layers_holding(state.policy):
         if isinstance(layer, keras.Model):
             _wrap_compile(layer)
+            _wrap_loss_step(layer)
         if layer.built:
             continue
         build = layer.build
@@ -122,3 +123,37 @@ def _wrap_compile(model):
         return compile_model(*bound.args, **bound.kwargs)
 
     internals.set_object_method(model, "compile", compile_with_masters)
+
+
+def _wrap_loss_step(model):
+    """``fit``'s compiled step computes the loss with the masters' values of the step (they
+    are optimizer state, which Keras hands ``compute_loss_and_updates`` only for scaling), so
+    a pseudo_fp16 variable's regularizer reads its master (``_jax_pairs.MasterPenalty``)."""
+    if internals.has_object_method(model, "compute_loss_and_updates"):
+        return
+    compute = model.compute_loss_and_updates
+
+    @functools.wraps(compute)
+    def compute_loss_and_updates(*args, optimizer_variables=None, **kwargs):
+        if optimizer_variables is None or model.optimizer is None:
+            return compute(*args, optimizer_variables=optimizer_variables, **kwargs)
+        with _jax_pairs.step_values(model.optimizer.variables, optimizer_variables):
+            return compute(*args, optimizer_variables=optimizer_variables, **kwargs)
+
+    internals.set_object_method(model, "compute_loss_and_updates", compute_loss_and_updates)
+    evaluate = model.evaluate
+
+    @functools.wraps(evaluate)
+    def evaluate_refusing_master_penalties(*args, **kwargs):
+        # Refused before Keras's step drops the variables' values (a refusal raised inside
+        # the compiled test step would leave the model without them).
+        for variable in model.trainable_variables:
+            if isinstance(variable.regularizer, _jax_pairs.MasterPenalty):
+                raise ValueError(
+                    f"evaluate: the regularizer of variable {variable.path!r} is computed on "
+                    "its fp32 master, which Keras's compiled test step does not carry on JAX "
+                    "(computing it on the 16-bit copy would differ from Keras mixed). Read "
+                    "the penalty with `model.losses`, or evaluate a model without it.")
+        return evaluate(*args, **kwargs)
+
+    internals.set_object_method(model, "evaluate", evaluate_refusing_master_penalties)
