@@ -69,7 +69,8 @@ def __getattr__(name):
     ``RuntimeError`` of ``tfinit._backend`` (PEP 562; reached only when not yet imported).
     """
     if name in _TF_SUBMODULES:
-        if not (name == "mixed_precision" and _backend.name() == "jax"):
-            _backend.tensorflow(f"tfinit.{name}")  # mixed_precision also runs on JAX
+        if not (name == "mixed_precision"
+                and _backend.name() in _backend.KERAS_VARIABLE_MIXED_PRECISION):
+            _backend.tensorflow(f"tfinit.{name}")  # mixed_precision also runs on JAX, torch
         return importlib.import_module(f"tfinit.{name}")
     raise AttributeError(f"module 'tfinit' has no attribute {name!r}")

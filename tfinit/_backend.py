@@ -24,6 +24,11 @@ def name():
     return keras.backend.backend()
 
 
+#: the Keras backends on which ``tfinit.mixed_precision`` runs its keras.Variable-based
+#: implementation (the ``_jax_*`` modules; TensorFlow has its own)
+KERAS_VARIABLE_MIXED_PRECISION = ("jax", "torch")
+
+
 def tensorflow(feature):
     """The ``tensorflow`` module, for ``feature`` (e.g. ``"tfinit.mixed_precision.scope"``).
 

@@ -412,9 +412,14 @@ def set_variable_dtype(variable, dtype, value):
     # Public stand-in: none; a Keras variable's dtype is fixed at construction, and on JAX no
     # creator hook lets tfinit choose it: an fp32 variable a layer built (the exact fp32
     # initializer value, the master) becomes the 16-bit copy Caffe2's PseudoFP16 computes with.
+    # On torch the value is a torch.nn.Parameter that layers (their torch_params) and
+    # Module.zero_grad hold: its data is swapped in place, as torch's Module.half() does.
     """Give the (non-TensorFlow) Keras ``variable`` the dtype ``dtype`` and value ``value``."""
     variable._dtype = keras.backend.standardize_dtype(dtype)
-    variable.assign(value)
+    if keras.backend.backend() == "torch":
+        variable.value.data = keras.ops.convert_to_tensor(value, variable._dtype)
+    else:
+        variable.assign(value)
 
 
 def track_optimizer_variable(optimizer, variable):

@@ -50,7 +50,7 @@ weights of the same architecture load into a pseudo_fp16 model exactly (fine-tun
 from tfinit import _backend
 
 # TensorFlow first: the API reference (griffe, reading the source) documents this branch
-if _backend.name() != "jax":
+if _backend.name() not in _backend.KERAS_VARIABLE_MIXED_PRECISION:
     _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
 
     from tfinit.mixed_precision._pairs import parameter_info, sync_copies
@@ -67,7 +67,7 @@ if _backend.name() != "jax":
                "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
                "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]
 else:
-    # Keras's JAX backend (no TensorFlow): the same public names;
+    # Keras's JAX or torch backend (no TensorFlow): the same public names;
     # docs/mixed-precision.md#on-kerass-jax-backend lists what is not there yet.
     from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
     from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy

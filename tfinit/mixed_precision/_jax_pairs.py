@@ -384,7 +384,9 @@ def _lora_weight(layer, variable):
 def _make_pair(variable, spec):
     """The one place a pair is made (and its kind decided): pseudo_fp16 (fp32 or split
     master) or reverse."""
-    master_value = variable.value
+    # a copy: on torch a keras.Variable made from another's value (a torch.nn.Parameter)
+    # would share it, and the master would change dtype with the copy
+    master_value = ops.copy(variable.value)
     name = variable.name + spec.other_suffix
     if spec.is_split:
         copy, remainder = _jax_split.split(master_value)

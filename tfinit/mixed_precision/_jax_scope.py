@@ -45,7 +45,7 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
         A context manager (yields ``None``).
 
     Raises:
-        ValueError: a bad ``mode``, ``compute_dtype`` or ``master``.
+        ValueError: a bad ``mode``, ``compute_dtype`` or ``master`` (``"split"`` on torch).
 
     Example:
 
@@ -58,6 +58,11 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     ('bfloat16', 'float32')
     """
     spec = pair_spec(mode, compute_dtype, _WHO, master)
+    if spec.is_split and keras.backend.backend() == "torch":
+        raise ValueError(
+            f"{_WHO}: Argument `master` must be 'fp32' on Keras's torch backend (the split "
+            "master's bit arithmetic runs on TensorFlow and JAX only). Received: "
+            f"master={master!r}")
     policy = PairPolicy(spec.compute_dtype, spec.mode)
     policy.spec = spec  # how the master is stored included (master="split")
     state = _state.ScopeState(spec, None, policy)
