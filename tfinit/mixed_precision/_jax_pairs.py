@@ -306,7 +306,13 @@ class MasterPenalty:
     def __call__(self, x):
         pair = pair_of(self.variable)
         if x is self.variable:
-            return self.penalty(pair.master_tensor())
+            if keras.backend.backend() != "torch":
+                return self.penalty(pair.master_tensor())
+            # torch's eager step differentiates layer.losses: the master's value, whose
+            # gradient reaches the copy the optimizer is given the gradient of.
+            wide = ops.cast(self.variable.value, MASTER_DTYPE)
+            return self.penalty(ops.add(pair.master_tensor(),
+                                        ops.subtract(wide, ops.stop_gradient(wide))))
         if not internals.in_stateless_scope():
             return self.penalty(x)
         other = (getattr(_STEP, "values", None) or {}).get(id(pair.other))

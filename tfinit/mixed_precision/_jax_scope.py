@@ -90,7 +90,8 @@ def _adopt_constructed_layers(state):
     for layer in internals.layers_holding(state.policy):
         if isinstance(layer, keras.Model):
             _wrap_compile(layer)
-            _wrap_loss_step(layer)
+            if keras.backend.backend() == "jax":  # torch's eager step reads the masters
+                _wrap_loss_step(layer)
         if layer.built:
             continue
         build = layer.build
