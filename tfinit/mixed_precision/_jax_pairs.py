@@ -254,7 +254,7 @@ def _keeping_unchanged_masters(pair, value):
     (Compared with the master's cast, not the copy: Keras empties the model's variables
     during ``fit`` and syncs them back with assigns.)"""
     copy, master = pair.copy, pair.master
-    if (not pair.spec.is_pseudo or pair.spec.is_split or _is_traced(value)
+    if (not pair.computes_with_copy or isinstance(pair, SplitJaxPair) or _is_traced(value)
             or internals.in_stateless_scope() or not internals.is_initialized(master)
             or not hasattr(value, "dtype")
             or keras.backend.standardize_dtype(value.dtype) != copy.dtype
@@ -263,6 +263,12 @@ def _keeping_unchanged_masters(pair, value):
     same = ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
                      ops.view(ops.cast(master.value, copy.dtype), "int16"))
     return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
+
+
+def _master_valued(master, copy):
+    """``master``'s value exactly, whose gradient reaches ``copy`` (widened to float32)."""
+    wide = ops.cast(copy, MASTER_DTYPE)
+    return ops.add(master, ops.subtract(wide, ops.stop_gradient(wide)))
 
 
 def overwrites_with_gradient(variable):
@@ -310,9 +316,7 @@ class MasterPenalty:
                 return self.penalty(pair.master_tensor())
             # torch's eager step differentiates layer.losses: the master's value, whose
             # gradient reaches the copy the optimizer is given the gradient of.
-            wide = ops.cast(self.variable.value, MASTER_DTYPE)
-            return self.penalty(ops.add(pair.master_tensor(),
-                                        ops.subtract(wide, ops.stop_gradient(wide))))
+            return self.penalty(_master_valued(pair.master_tensor(), self.variable.value))
         if not internals.in_stateless_scope():
             return self.penalty(x)
         other = (getattr(_STEP, "values", None) or {}).get(id(pair.other))
@@ -323,10 +327,9 @@ class MasterPenalty:
                 "training step with MasterWeightOptimizer does on JAX; evaluate and a custom "
                 "stateless_call do not). Read the penalty with `model.losses` outside it, or "
                 "leave the regularizer out of this computation.")
-        wide = ops.cast(x, MASTER_DTYPE)
         if isinstance(pair, SplitJaxPair):
             other = _jax_split.join(ops.stop_gradient(x), other)
-        return self.penalty(ops.add(other, ops.subtract(wide, ops.stop_gradient(wide))))
+        return self.penalty(_master_valued(other, x))
 
     def get_config(self):
         return self.penalty.get_config()
