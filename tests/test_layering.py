@@ -51,14 +51,19 @@ LAYERS = [
     # the packages above the initializers, peers: neither imports the other
     [
         package("mixed_precision", [
-            # the active scopes; the pair records; weight files seen through conversions; the split
-            # layout on JAX; what replica_mismatches reports (either backend)
-            ["_caffe2_sgd", "_pairs", "_state", "_weight_files", "_jax_split", "_replica_checks"],
-            ["_checkpoint", "_policy", "_replicas", "_variable"],
-            # JAX: the pair records made from built layers (no variable creator there)
-            ["_optimizer", "_weights", "_jax_pairs"],
-            ["_creator", "_jax_optimizer", "_jax_weights", "_jax_replicas"],
-            ["_callbacks", "_jax_scope"],  # EarlyStopping reads either backend's masters
+            # the pair kinds' roles (every backend); the active scopes; weight files seen
+            # through conversions; the split layout on JAX; what replica_mismatches reports
+            ["_pair_kinds", "_caffe2_sgd", "_state", "_weight_files", "_jax_split",
+             "_replica_checks"],
+            ["_pairs", "_policy"],  # TensorFlow's pair records; the layers' dtype policy
+            # checkpoints and Keras variables on TensorFlow; JAX/torch: the pair records made
+            # from built layers (no variable creator there)
+            ["_checkpoint", "_variable", "_jax_pairs"],
+            # each backend's optimizer; the backend's pair functions, chosen once
+            ["_optimizer", "_jax_optimizer", "_pair_store"],
+            # each backend's scope; the public functions over pairs (one code path)
+            ["_creator", "_jax_scope", "_weights", "_replicas"],
+            ["_callbacks"],  # EarlyStopping reads the masters through _weights
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [

@@ -146,7 +146,8 @@ class ParameterInfo:
         return self.name
 
     def __repr__(self):
-        copies = {k.name: variable_name(v) for k, v in (self.blob_copy or {}).items()}
+        copies = {keras.backend.standardize_dtype(k): variable_name(v)
+                  for k, v in (self.blob_copy or {}).items()}
         dtype = keras.backend.standardize_dtype(self.dtype)
         return (
             f"ParameterInfo(name={self.name!r}, shape={self.shape}, dtype={dtype}, "

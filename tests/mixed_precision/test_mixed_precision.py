@@ -497,7 +497,7 @@ def test_sync_copies_after_manual_master_assign():
     assert mp.sync_copies(model) == 2
     assert_copies_synced(model.weights)
     assert k.numpy()[0, 0] == tf.cast(3.140625 + 2**-10, tf.bfloat16).numpy()
-    with pytest.raises(TypeError, match="sync_copies expects"):
+    with pytest.raises(TypeError, match="sync_copies: Argument `model_or_variables` must be"):
         mp.sync_copies(3)
 
 

@@ -114,7 +114,7 @@ def test_writes_reach_the_master_and_set_weights_is_lossless(mp, mode, dtype):
     master = mp.get_master_weights(model)[0]
     assert master.tobytes() == (masters[0] + np.float32(1e-4)).tobytes()
     assert mp.sync_copies(model) == 4
-    with pytest.raises(ValueError, match="set_master_weights: Argument `weights` must hold 8"):
+    with pytest.raises(ValueError, match="set_master_weights: Argument `arrays` must hold 8"):
         mp.set_master_weights(model, masters[:2])
 
 

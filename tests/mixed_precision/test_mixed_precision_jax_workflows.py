@@ -59,7 +59,7 @@ def _assert_copies_synced(model):
     assert len(pairs) == 4
     for pair in pairs:
         copy = np.asarray(keras.ops.convert_to_numpy(pair.copy.value))
-        assert pair.master_value().astype(copy.dtype).tobytes() == copy.tobytes(), pair.name
+        assert pair.master_array().astype(copy.dtype).tobytes() == copy.tobytes(), pair.name
 
 
 @pytest.mark.slow  # a subprocess, four trainings and their oracles (~15 s on 2 cores)

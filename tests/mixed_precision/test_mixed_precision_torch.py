@@ -62,7 +62,7 @@ def test_fit_masters_equal_keras_mixed_bit_for_bit(mp, dtype_policy, mode, dtype
     assert _same(mp.get_master_weights(model), ref.get_weights())
     for variable in model.trainable_weights:  # copies re-cast; torch tensors of their dtype
         info = mp.parameter_info(variable)
-        assert info.master_value().astype(NP16[dtype]).tobytes() == _np(info.copy).tobytes()
+        assert info.master_array().astype(NP16[dtype]).tobytes() == _np(info.copy).tobytes()
         assert _np(variable).dtype == (NP16[dtype] if mode == "pseudo_fp16" else np.float32)
 
 

@@ -111,7 +111,7 @@ def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only(mp):
     for a, b in zip(mp.get_master_weights(split), mp.get_master_weights(fp32)):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
     n = sum(int(np.prod(v.shape)) for v in split.weights)
-    stored = sum(_np(v).nbytes for p in _jax_pairs.pairs_of(split.weights) for v in p.stored())
+    stored = sum(_np(v).nbytes for p in _jax_pairs.pairs_of(split.weights) for _, v in p.stored())
     assert stored == 4 * n
 
 

@@ -4,8 +4,11 @@ The concepts, one line each (their modules in brackets):
 
 - scope / ScopeState: one entered scope = its PairSpec, strategy and policy [_creator, _state].
 - PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules [_policy].
-- Pair: the one record on a paired tf.Variable: a ParameterInfo (param, blob_copy) whose
-  class (PseudoFP16Pair, ReversePair, SplitPair) is the mode, chosen once [_pairs].
+- the pair record: the one record on a paired variable, a ParameterInfo (param, blob_copy)
+  whose kind (pseudo_fp16, reverse, split) is decided once, when the pair is made
+  [_pair_kinds: the roles, every backend; _pairs: tf.Variable; _jax_pairs: keras.Variable].
+- the public functions over pairs (parameter_info, sync_copies, the master weights, files,
+  replicas): one code path, the backend's pair functions chosen once [_pair_store].
 - PairedVariable: the Keras variable a layer holds: computes 16-bit, writes reach the master.
 - MasterVariable: the fp32 master as the Keras variable the inner optimizer updates [_variable].
 - the split master: bfloat16 copy + int16 remainder, no fp32 variable [tfinit._split_master].
@@ -49,36 +52,26 @@ weights of the same architecture load into a pseudo_fp16 model exactly (fine-tun
 
 from tfinit import _backend
 
-# TensorFlow first: the API reference (griffe, reading the source) documents this branch
+# TensorFlow first: the API reference (griffe, reading the source) documents this branch.
+# Only the scope and the optimizer's step differ by backend; the rest is one code path.
 if _backend.name() not in _backend.KERAS_VARIABLE_MIXED_PRECISION:
     _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
 
-    from tfinit.mixed_precision._pairs import parameter_info, sync_copies
-    from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
     from tfinit.mixed_precision._creator import scope
-    from tfinit.mixed_precision._weights import (get_master_weights, save_weights,
-                                                 set_master_weights)
-    from tfinit.mixed_precision._callbacks import EarlyStopping
     from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
-    from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
-    from tfinit.mixed_precision._replicas import replica_mismatches
-
-    __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
-               "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
-               "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]
 else:
     # Keras's JAX or torch backend (no TensorFlow): the same public names;
-    # docs/mixed-precision.md#on-kerass-jax-backend lists what is not there yet.
-    from tfinit.mixed_precision._jax_pairs import parameter_info, sync_copies
-    from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
+    # docs/mixed-precision.md#on-kerass-jax-backend lists what differs there.
     from tfinit.mixed_precision._jax_scope import scope
-    from tfinit.mixed_precision._jax_weights import (get_master_weights, save_weights,
-                                                     set_master_weights)
-    from tfinit.mixed_precision._callbacks import EarlyStopping
     from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
-    from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
-    from tfinit.mixed_precision._jax_replicas import replica_mismatches
 
-    __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
-               "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
-               "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]
+from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
+from tfinit.mixed_precision._weights import (get_master_weights, parameter_info, save_weights,
+                                             set_master_weights, sync_copies)
+from tfinit.mixed_precision._callbacks import EarlyStopping
+from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
+from tfinit.mixed_precision._replicas import replica_mismatches
+
+__all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",
+           "get_master_weights", "set_master_weights", "save_weights", "EarlyStopping",
+           "Caffe2MomentumSGD", "PairPolicy", "PseudoFP16Policy", "replica_mismatches"]

@@ -2,12 +2,7 @@
 
 import keras
 
-from tfinit import _backend
-
-if _backend.name() in _backend.KERAS_VARIABLE_MIXED_PRECISION:  # no TensorFlow there
-    from tfinit.mixed_precision._jax_weights import get_master_weights
-else:
-    from tfinit.mixed_precision._weights import get_master_weights
+from tfinit.mixed_precision._weights import get_master_weights
 
 
 class EarlyStopping(keras.callbacks.EarlyStopping):

@@ -32,13 +32,6 @@ def install_variable_hooks(tf_var):
 # ------------------------------------------------------------------ Keras weight files
 
 
-def masters_for_saving(value):
-    """What a weights file stores for ``value``: a pair's fp32 master, else ``value``."""
-    pair = _pairs.pair_of(value) if hasattr(value, "shape") else None
-    stored = None if pair is None else pair.file_value()
-    return value if stored is None else stored
-
-
 def widened_for_loading(value):
     """A 16-bit float array from a file, widened to fp32 exactly (so masters are exact)."""
     array = np.asarray(value)
@@ -55,7 +48,7 @@ def install_layer_hooks(layer):
     load = layer.load_own_variables
 
     def save_own_variables(store):
-        return save(StoreView(store, write=masters_for_saving))
+        return save(StoreView(store, write=_pairs.master_for_file))
 
     def load_own_variables(store):
         return load(StoreView(store, read=widened_for_loading))

@@ -198,7 +198,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         masters = {id(p.master) for p in pairs}
         written = [*(t for t in self._targets if id(t) not in masters),
                    *self.inner_optimizer.variables, *self._variables,
-                   *(v for p in pairs for v in p.stored())]
+                   *(v for p in pairs for _, v in p.stored())]
         old = [ops.copy(v.value) for v in written]  # torch's values change in place
         skipped_scale = ops.multiply(self.dynamic_scale.value, 0.5 if self.dynamic else 1.0)
         self._finite_step(grads)

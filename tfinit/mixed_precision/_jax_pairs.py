@@ -1,23 +1,24 @@
-"""Master/copy pairs on Keras's JAX backend (no ``tf.variable_creator_scope`` there).
+"""Master/copy pairs on the ``keras.Variable`` backends, JAX and torch (no variable creator).
 
 A pair is made once, from the layer's own trainable float32 variables, by
-:func:`pair_pending`; its kind is decided there from the scope's
-:class:`~tfinit._precision.PairSpec` and recorded on the Keras variable as a :class:`JaxPair`
-(a ``ParameterInfo``):
+:func:`pair_pending`; its kind was decided by
+:func:`~tfinit.mixed_precision._pair_kinds.pair_class` from the scope's
+:class:`~tfinit._precision.PairSpec`, and its record (a ``ParameterInfo``) sits on the Keras
+variable:
 
-- pseudo_fp16: a layer constructed in the scope builds its weights in float32 (its
-  ``PairPolicy`` asks for float32 while it builds), so each holds the exact fp32 initializer
-  value. That value becomes the master, a separate fp32 ``keras.Variable``
+- :class:`PseudoFP16JaxPair`: a layer constructed in the scope builds its weights in float32
+  (its ``PairPolicy`` asks for float32 while it builds), so each holds the exact fp32
+  initializer value. That value becomes the master, a separate fp32 ``keras.Variable``
   (``blob_copy["float32"]``, Caffe2's ``P_fp32``), and the layer's variable becomes its
   16-bit cast (Caffe2's ``P = FloatToHalf(P_fp32)``).
-- pseudo_fp16 with ``master="split"`` (:class:`SplitJaxPair`): the layer's variable becomes
-  the bfloat16 copy and the other is the int16 remainder (``blob_copy["int16"]``); the fp32
+- :class:`SplitJaxPair` (pseudo_fp16, ``master="split"``): the layer's variable becomes the
+  bfloat16 copy and the other is the int16 remainder (``blob_copy["int16"]``); the fp32
   master exists only during an optimizer step, in a scratch variable without a value between
   steps (:mod:`tfinit.mixed_precision._jax_split`).
-- reverse: the layer's variable stays the fp32 master (as under Keras ``mixed_*``); the
-  16-bit copy is a separate ``keras.Variable`` (``blob_copy[compute_dtype]``), always
-  ``cast(master)``, which is what the layer computes with (Keras's per-read cast gives the
-  same bits).
+- :class:`ReverseJaxPair`: the layer's variable stays the fp32 master (as under Keras
+  ``mixed_*``); the 16-bit copy is a separate ``keras.Variable`` (``blob_copy[compute_dtype]``),
+  always ``cast(master)``, which is what the layer computes with (Keras's per-read cast gives
+  the same bits).
 
 The other variable is not tracked by the layer (files and ``model.weights`` see the layer's
 variables only); ``MasterWeightOptimizer`` makes it part of its own state, so ``fit``'s
@@ -33,21 +34,23 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _jax_split, _policy, _weight_files
-from tfinit.parameter_info import ParameterInfo
-
-# The attribute tfinit sets on the Keras variables it pairs (its own name, on its own objects).
-_INFO_ATTRIBUTE = "_tfinit_info"
+from tfinit.mixed_precision import _jax_split, _pair_kinds, _policy, _weight_files
+from tfinit.mixed_precision._pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
+                                                SplitRoles, pair_class)
 
 
-class JaxPair(ParameterInfo):
-    """One pair's ``ParameterInfo`` on a non-TensorFlow backend.
+class JaxPair(PairRecord):
+    """How a pair of ``keras.Variable`` objects stores its fp32 master (one kind's roles mixed in).
 
     Args:
         param: the Keras variable the layer holds.
-        other: the pair's other Keras variable (the master, or the 16-bit copy in reverse).
+        other: the pair's other Keras variable (the master, the 16-bit copy or the remainder).
         spec: the pair's :class:`~tfinit._precision.PairSpec`.
     """
+
+    #: whether a 16-bit value assigned to the layer's variable keeps the master where its
+    #: bits are ``cast(master)``'s (see :func:`_keeping_unchanged_masters`)
+    keeps_unchanged_masters = False
 
     def __init__(self, param, other, spec):
         super().__init__(param, tuple(param.shape), blob_copy={other.dtype: other},
@@ -55,32 +58,30 @@ class JaxPair(ParameterInfo):
         self.spec = spec
         self.other = other
 
-    @property
-    def computes_with_copy(self):
-        """Whether the layer holds the 16-bit copy (pseudo_fp16)."""
-        return self.spec.is_pseudo
-
-    @property
-    def master(self):
-        """The fp32 ``keras.Variable``."""
-        return self.other if self.spec.is_pseudo else self.param
-
-    @property
-    def copy(self):
-        """The 16-bit ``keras.Variable``, ``cast(master)``."""
-        return self.param if self.spec.is_pseudo else self.other
+    @classmethod
+    def made_from(cls, variable, spec):
+        """The pair of the layer's fp32 ``variable`` (its exact initial value the master)."""
+        raise NotImplementedError
 
     def master_tensor(self):
         """The exact fp32 master (a backend tensor)."""
         return self.master.value
 
-    def master_value(self):
-        """The exact fp32 master (numpy)."""
+    def master_array(self):
+        """The exact fp32 master (numpy).
+
+        Raises:
+            ValueError: the copy was changed without its master.
+        """
+        self.check_copy_matches_master()
         return np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32)
 
-    def stored(self):
-        """The variables that hold this pair between steps."""
-        return [self.param, self.other]
+    def file_value(self):
+        return self.master_array()
+
+    def step_master(self, copy_value, other_value):
+        """The master in a compiled step, from the values of the two variables there."""
+        return other_value
 
     def open_step(self):
         """Before the inner optimizer updates ``master``: nothing to do (it is stored)."""
@@ -106,7 +107,8 @@ class JaxPair(ParameterInfo):
             ValueError: ``copy != cast(master)`` (a plain optimizer or an assign changed the
                 copy); using the master would silently drop that change.
         """
-        cast = self.master_value().astype(_numpy_dtype(self.copy.dtype))
+        cast = np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32).astype(
+            _numpy_dtype(self.copy.dtype))
         if cast.tobytes() != np.asarray(ops.convert_to_numpy(self.copy.value)).tobytes():
             raise ValueError(
                 f"Variable {self.param.path!r}: its 16-bit value was changed without its fp32 "
@@ -117,7 +119,36 @@ class JaxPair(ParameterInfo):
             )
 
 
-class SplitJaxPair(JaxPair):
+class PseudoFP16JaxPair(PseudoFP16Roles, JaxPair):
+    """The layer holds the 16-bit copy; the fp32 master is ``blob_copy["float32"]``."""
+
+    keeps_unchanged_masters = True
+
+    @classmethod
+    def made_from(cls, variable, spec):
+        # a copy: on torch a keras.Variable made from another's value (a torch.nn.Parameter)
+        # would share it, and the master would change dtype with the copy
+        master_value = ops.copy(variable.value)
+        with _path_of(variable):  # the inner optimizer's variable: the layer's name, path
+            master = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False,
+                                    name=variable.name)
+        internals.set_variable_dtype(variable, spec.compute_dtype,
+                                     ops.cast(master_value, spec.compute_dtype))
+        return cls(variable, master, spec)
+
+
+class ReverseJaxPair(ReverseRoles, JaxPair):
+    """The layer holds the fp32 master; the 16-bit copy is ``blob_copy[compute_dtype]``."""
+
+    @classmethod
+    def made_from(cls, variable, spec):
+        copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
+                              dtype=spec.compute_dtype, trainable=False,
+                              name=variable.name + spec.other_suffix)
+        return cls(variable, copy, spec)
+
+
+class SplitJaxPair(SplitRoles, JaxPair):
     """A pseudo_fp16 pair whose fp32 master is stored split (``master="split"``): ``param`` is
     the bfloat16 variable, ``other`` the int16 remainder (``blob_copy["int16"]``).
 
@@ -131,19 +162,29 @@ class SplitJaxPair(JaxPair):
         super().__init__(param, remainder, spec)
         self.scratch = scratch
 
+    @classmethod
+    def made_from(cls, variable, spec):
+        copy, remainder = _jax_split.split(ops.copy(variable.value))
+        remainder = keras.Variable(remainder, dtype="int16", trainable=False,
+                                   name=variable.name + spec.other_suffix)
+        with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
+            scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
+                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name)
+        internals.release_value(scratch)
+        internals.set_variable_dtype(variable, spec.compute_dtype, copy)
+        return cls(variable, remainder, spec, scratch)
+
     @property
     def master(self):
         """The scratch fp32 ``keras.Variable`` the inner optimizer updates (no value between
         steps: read the master with :meth:`master_tensor`)."""
         return self.scratch
 
-    @property
-    def remainder(self):
-        """The int16 ``keras.Variable``."""
-        return self.other
-
     def master_tensor(self):
         return _jax_split.join(self.param.value, self.other.value)
+
+    def step_master(self, copy_value, other_value):
+        return _jax_split.join(ops.stop_gradient(copy_value), other_value)
 
     def assign_master(self, value):
         """Split ``value`` (cast to float32) into the copy and the remainder (exact but for a
@@ -172,13 +213,16 @@ def raw_assign(variable, value):
     keras.Variable.assign(variable, value)
 
 
-class PairedVariable(keras.Variable):
+class PairedVariable(_pair_kinds.PairedVariableRules):
     """The class of a paired Keras variable: every write reaches the master.
 
     ``assign`` (``set_weights``, a weights file's load, user code, an optimizer updating a
     reverse master) sets the fp32 master to the value exactly and re-casts the copy, so
     ``set_weights(get_weights())`` is lossless and no write leaves a stale copy;
-    ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own.
+    ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own. A penalty of a
+    pseudo_fp16 variable is computed on its master (:class:`MasterPenalty`), and a plain
+    optimizer is refused where it would update the copy without its master
+    (``_pair_kinds.PairedVariableRules``).
 
     A 16-bit value given to a pseudo_fp16 copy (eager) touches only the elements it changes,
     as on TensorFlow: where its bits are ``cast(master)``'s the master is kept, so
@@ -188,38 +232,11 @@ class PairedVariable(keras.Variable):
     optimizer state, so its master would otherwise be rounded to 16 bits.
     """
 
-    @property
-    def regularizer(self):
-        """A pseudo_fp16 variable's penalty is computed on its fp32 master (as Keras's mixed
-        policies compute it on their fp32 variable); see :class:`MasterPenalty`."""
-        penalty = keras.Variable.regularizer.fget(self)
-        pair = pair_of(self)
-        if penalty is None or pair is None or not pair.computes_with_copy:
-            return penalty
+    def pair(self):
+        return pair_of(self)
+
+    def penalty_on_master(self, penalty):
         return MasterPenalty(penalty, self)
-
-    @regularizer.setter
-    def regularizer(self, value):
-        keras.Variable.regularizer.fset(self, value)
-
-    @property
-    def overwrite_with_gradient(self):
-        """Read by every Keras optimizer at build and at each apply: a pseudo_fp16 variable
-        refuses it, since a plain optimizer would update the 16-bit copy, not its master."""
-        if keras.Variable.overwrite_with_gradient.fget(self):
-            return True  # Keras's float8 scales: overwritten, never paired-updated
-        pair = pair_of(self)
-        if pair is not None and pair.computes_with_copy:
-            raise ValueError(
-                f"Variable {self.path!r} is the {self.dtype} copy of an fp32 master (built in "
-                "tfinit.mixed_precision.scope), and a plain Keras optimizer would update the "
-                "copy without its master. Wrap the optimizer: `tfinit.mixed_precision."
-                "MasterWeightOptimizer(keras.optimizers.Adam(...))` (model.compile does it).")
-        return False
-
-    @overwrite_with_gradient.setter
-    def overwrite_with_gradient(self, value):
-        keras.Variable.overwrite_with_gradient.fset(self, value)
 
     def assign(self, value):
         pair = pair_of(self)
@@ -254,7 +271,7 @@ def _keeping_unchanged_masters(pair, value):
     (Compared with the master's cast, not the copy: Keras empties the model's variables
     during ``fit`` and syncs them back with assigns.)"""
     copy, master = pair.copy, pair.master
-    if (not pair.computes_with_copy or isinstance(pair, SplitJaxPair) or _is_traced(value)
+    if (not pair.keeps_unchanged_masters or _is_traced(value)
             or internals.in_stateless_scope() or not internals.is_initialized(master)
             or not hasattr(value, "dtype")
             or keras.backend.standardize_dtype(value.dtype) != copy.dtype
@@ -327,9 +344,7 @@ class MasterPenalty:
                 "training step with MasterWeightOptimizer does on JAX; evaluate and a custom "
                 "stateless_call do not). Read the penalty with `model.losses` outside it, or "
                 "leave the regularizer out of this computation.")
-        if isinstance(pair, SplitJaxPair):
-            other = _jax_split.join(ops.stop_gradient(x), other)
-        return self.penalty(_master_valued(other, x))
+        return self.penalty(_master_valued(pair.step_master(x, other), x))
 
     def get_config(self):
         return self.penalty.get_config()
@@ -359,8 +374,7 @@ def pair_pending():
             for variable in variables:
                 if (pair_of(variable) is None and variable.dtype == MASTER_DTYPE
                         and internals.autocasts(variable) and not _lora_weight(layer, variable)):
-                    _make_pair(variable, policy.spec)
-                    if policy.spec.is_pseudo:
+                    if _make_pair(variable, policy.spec).computes_with_copy:
                         install_layer_hooks(layer)
         if not waiting:
             _policy.done_pairing(policy)
@@ -391,35 +405,14 @@ def _lora_weight(layer, variable):
 
 
 def _make_pair(variable, spec):
-    """The one place a pair is made (and its kind decided): pseudo_fp16 (fp32 or split
-    master) or reverse."""
-    # a copy: on torch a keras.Variable made from another's value (a torch.nn.Parameter)
-    # would share it, and the master would change dtype with the copy
-    master_value = ops.copy(variable.value)
-    name = variable.name + spec.other_suffix
-    if spec.is_split:
-        copy, remainder = _jax_split.split(master_value)
-        other = keras.Variable(remainder, dtype="int16", trainable=False, name=name)
-        with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
-            scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
-                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name)
-        internals.release_value(scratch)
-        internals.set_variable_dtype(variable, spec.compute_dtype, copy)
-        pair = SplitJaxPair(variable, other, spec, scratch)
-    else:
-        if spec.is_pseudo:
-            with _path_of(variable):  # the inner optimizer's variable: the layer's name, path
-                other = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False,
-                                       name=variable.name)
-            internals.set_variable_dtype(variable, spec.compute_dtype,
-                                         ops.cast(master_value, spec.compute_dtype))
-        else:
-            other = keras.Variable(ops.cast(master_value, spec.compute_dtype),
-                                   dtype=spec.compute_dtype, trainable=False, name=name)
-        pair = JaxPair(variable, other, spec)
-    if spec.is_pseudo:  # Keras's optimizers constrain what they update: the master
+    """Pair the layer's fp32 ``variable``: a record of ``spec``'s kind (decided by
+    ``_pair_kinds.pair_class``) on the variable, which becomes a :class:`PairedVariable`."""
+    kind = pair_class(spec, pseudo_fp16=PseudoFP16JaxPair, reverse=ReverseJaxPair,
+                      split=SplitJaxPair)
+    pair = kind.made_from(variable, spec)
+    if pair.computes_with_copy:  # Keras's optimizers constrain what they update: the master
         pair.master.constraint = variable.constraint
-    setattr(variable, _INFO_ATTRIBUTE, pair)
+    setattr(variable, _pair_kinds.INFO_ATTRIBUTE, pair)
     internals.make_instance_of(variable, PairedVariable)
     return pair
 
@@ -442,125 +435,34 @@ def _path_of(variable):
 
 def pair_of(variable):
     """The :class:`JaxPair` of a paired Keras variable, or None."""
-    return getattr(variable, _INFO_ATTRIBUTE, None)
-
-
-def lookup(variable):
-    """The ParameterInfo of a paired variable, or None."""
-    pair_pending()
-    return pair_of(variable)
-
-
-def variables_of(target, who):
-    """The variables of a Keras model/layer, one variable or an iterable of them."""
-    pair_pending()
-    if isinstance(target, keras.Variable):
-        return [target]
-    if isinstance(target, keras.layers.Layer):
-        return list(target.weights)
-    try:
-        return list(target)
-    except TypeError:
-        raise TypeError(
-            f"{who} expects a Keras model/layer, a variable or an iterable of variables. "
-            f"Received: {type(target).__name__}"
-        ) from None
+    return _pair_kinds.record_of(variable)
 
 
 def pairs_of(variables):
     """The distinct pairs among ``variables``, in order."""
-    pairs, seen = [], set()
-    for variable in variables:
-        pair = pair_of(variable)
-        if pair is not None and id(pair) not in seen:
-            seen.add(id(pair))
-            pairs.append(pair)
-    return pairs
+    return _pair_kinds.pairs_of(variables, pair_of)
 
 
-def parameter_info(variable):
-    """The ``ParameterInfo`` of a variable created in ``tfinit.mixed_precision.scope``.
-
-    ``param`` is the variable the layer holds; ``blob_copy`` maps the other dtype's name
-    (``"float32"`` in pseudo_fp16, the 16-bit dtype in reverse) to the other variable.
-
-    Args:
-        variable: a Keras variable.
-
-    Returns:
-        The ``ParameterInfo`` of its pair.
-
-    Raises:
-        ValueError: the variable has no master/copy pair.
-
-    Example:
-
-    >>> import keras
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     dense = keras.layers.Dense(2, kernel_initializer="ones")
-    ...     dense.build((None, 3))
-    >>> info = mp.parameter_info(dense.kernel)
-    >>> info.param is dense.kernel, dense.kernel.dtype, info.blob_copy["float32"].dtype
-    (True, 'float16', 'float32')
-    """
-    pair = lookup(variable)
-    if pair is None:
-        label = getattr(variable, "path", None) or getattr(variable, "name", repr(variable))
-        raise ValueError(
-            f"Variable {label!r} has no fp32 master/16-bit copy pair: it was not created "
-            "inside tfinit.mixed_precision.scope(...) (or it is not a trainable floating "
-            "variable). Build the layer/model inside the scope."
-        )
-    return pair
-
-
-def sync_copies(model_or_variables):
-    """Refresh every 16-bit copy from its fp32 master (``copy = cast(master)``).
-
-    Args:
-        model_or_variables: a Keras layer/model, one variable or an iterable of them.
-
-    Returns:
-        The number of distinct pairs among them.
-
-    Raises:
-        TypeError: ``model_or_variables`` is none of these.
-
-    Example:
-
-    >>> import keras
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> master = mp.parameter_info(model.layers[0].kernel).blob_copy["float32"]
-    >>> _ = master.assign([[0.5], [2.0]])
-    >>> mp.sync_copies(model)                           # kernel and bias
-    2
-    >>> keras.ops.convert_to_numpy(model.layers[0].kernel).ravel()
-    array([0.5, 2. ], dtype=float16)
-    """
-    pairs = pairs_of(variables_of(model_or_variables, "sync_copies"))
+def refresh(pairs):
+    """copy <- cast(master) for each pair (a split pair's copy is its master's top half)."""
     for pair in pairs:
         pair.refresh()
-    return len(pairs)
 
 
-# ------------------------------------------------------------------ Keras weight files
+def replica_arrays(variable):
+    """The per-device replicas of ``variable``'s value (numpy; replica ``k`` on the ``k``-th
+    device by id), or the whole value as the one replica (a value not fully replicated)."""
+    value = variable.value
+    sharding = getattr(value, "sharding", None)
+    if sharding is not None and sharding.is_fully_replicated and len(sharding.device_set) > 1:
+        shards = sorted(value.addressable_shards, key=lambda shard: shard.device.id)
+        return [np.asarray(shard.data) for shard in shards]
+    return [np.asarray(ops.convert_to_numpy(value))]
 
 
 def master_for_file(value):
-    """What a weights file stores for ``value``: a pseudo_fp16 pair's fp32 master (numpy),
-    else ``value`` (a reverse pair's variable is its master).
-
-    Raises:
-        ValueError: the pair's 16-bit copy was changed without its master.
-    """
-    pair = pair_of(value) if isinstance(value, keras.Variable) else None
-    if pair is not None and pair.spec.is_pseudo:
-        pair.check_copy_matches_master()
-        return pair.master_value()
-    return value
+    """What a weights file stores for ``value`` (see ``_weight_files.master_or_value``)."""
+    return _weight_files.master_or_value(value, pair_of)
 
 
 def install_layer_hooks(layer):

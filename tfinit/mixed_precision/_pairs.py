@@ -1,10 +1,10 @@
-"""Master/copy pairs: the one record a paired variable carries, and how copies are refreshed.
+"""Master/copy pairs on TensorFlow: how a pair's ``tf.Variable`` objects hold its master.
 
 A paired variable is the backend ``tf.Variable`` (or distributed variable) that Keras or user
-code holds. The one thing tfinit attaches to it is its :class:`Pair`: Caffe2's
-``ParameterInfo`` of the parameter (``param``, ``blob_copy``, ``name``, ``shape``) that also
-knows how the pair stores its master. The kind of pair is chosen once, when the pair is made
-(:func:`make_pair`), from its :class:`~tfinit._precision.PairSpec`:
+code holds. The one thing tfinit attaches to it is its pair record, whose kind (pseudo_fp16,
+reverse, split) was decided once when the pair was made (:func:`make_pair`, through
+:func:`~tfinit.mixed_precision._pair_kinds.pair_class`); the roles of its two variables are
+the backend-neutral ones of :mod:`~tfinit.mixed_precision._pair_kinds`:
 
 - :class:`PseudoFP16Pair`: ``param`` is the 16-bit variable, ``blob_copy[tf.float32]`` the
   master (Caffe2's PseudoFP16Initializer).
@@ -20,21 +20,21 @@ Every read and write of a master goes through :meth:`Pair.master_value` /
 
 import contextlib
 
-import keras
+import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
 from tfinit import _split_master
-from tfinit.parameter_info import ParameterInfo
-
-# The attribute tfinit sets on the tf.Variables it pairs (its own name, on its own objects).
-_INFO_ATTRIBUTE = "_tfinit_info"
+from tfinit.mixed_precision import _pair_kinds, _weight_files
+from tfinit.mixed_precision._pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
+                                                SplitRoles, pair_class)
 
 backend_variable = internals.backend_variable
+variable_label = _pair_kinds.variable_label
 
 
-class Pair(ParameterInfo):
-    """One pair's ``ParameterInfo``, with how the pair stores its fp32 master.
+class Pair(PairRecord):
+    """How a pair of ``tf.Variable`` objects stores its fp32 master (one kind's roles mixed in).
 
     Args:
         param: the variable the code holds (a Keras variable, or the ``tf.Variable``).
@@ -44,9 +44,6 @@ class Pair(ParameterInfo):
         spec: the pair's :class:`~tfinit._precision.PairSpec`.
     """
 
-    #: whether the code computes with the 16-bit copy (so files and penalties use the master)
-    computes_with_copy = True
-
     def __init__(self, param, shape, blob_copy, *, name, spec):
         super().__init__(param, shape, blob_copy=blob_copy, name=name)
         self.spec = spec
@@ -54,29 +51,29 @@ class Pair(ParameterInfo):
         self.master_variable = None
 
     @property
+    def held(self):
+        return backend_variable(self.param)
+
+    @property
     def other(self):
         """The ``blob_copy`` variable (the master, the copy or the remainder)."""
         (other,) = self.blob_copy.values()
         return backend_variable(other)
 
-    @property
-    def master(self):
-        """The fp32 variable of an fp32-master pair."""
-        raise NotImplementedError
-
-    @property
-    def copy(self):
-        """The 16-bit variable (re-made from the master after every change of it)."""
-        return backend_variable(self.param)
-
-    def stored(self):
-        """``(role, variable)`` for each variable that holds the pair."""
-        return [("master", self.master), ("copy", self.copy)]
-
     def master_value(self, parts=None):
         """The exact fp32 master as a tensor; ``parts`` are one replica's variables in
         :meth:`stored` order (default: the pair's own)."""
         return (parts or [self.master])[0].read_value()
+
+    def master_array(self):
+        """The exact fp32 master (numpy).
+
+        Raises:
+            ValueError: the copy was changed without its master (see
+                :func:`check_copy_matches_master`).
+        """
+        check_copy_matches_master(self)
+        return self.master_value().numpy()
 
     def assign_master(self, value):
         """Set the master to ``value`` (cast to float32) exactly and re-make the copy."""
@@ -111,40 +108,21 @@ class Pair(ParameterInfo):
             return _assign_cast(self.copy, self.master.read_value())
 
     def file_value(self):
-        """What a Keras weights file stores for the pair: the exact master (numpy)."""
-        check_copy_matches_master(self)
-        return self.master_value().numpy()
+        return self.master_array()
 
 
-class PseudoFP16Pair(Pair):
+class PseudoFP16Pair(PseudoFP16Roles, Pair):
     """The code holds the 16-bit copy; the fp32 master is ``blob_copy[tf.float32]``."""
 
-    @property
-    def master(self):
-        return self.other
 
-
-class ReversePair(Pair):
+class ReversePair(ReverseRoles, Pair):
     """The code holds the fp32 master; the 16-bit copy is ``blob_copy[compute_dtype]``."""
-
-    computes_with_copy = False
-
-    @property
-    def master(self):
-        return backend_variable(self.param)
-
-    @property
-    def copy(self):
-        return self.other
 
     def checkpoint_tensors(self, tf_var):
         return internals.serialize_variable(tf_var)  # the variable is the master
 
-    def file_value(self):
-        return None  # the variable is the master: files store it as it is
 
-
-class SplitPair(Pair):
+class SplitPair(SplitRoles, Pair):
     """The code holds the bfloat16 copy, the master's top half; ``blob_copy[tf.int16]`` is the
     remainder. No fp32 variable between steps: an optimizer updates a scratch one."""
 
@@ -157,14 +135,6 @@ class SplitPair(Pair):
     def master(self):
         raise TypeError(f"Pair {self.name!r} stores its master split (bfloat16 copy + "
                         "int16 remainder): use master_value() / assign_master().")
-
-    @property
-    def remainder(self):
-        """The int16 remainder."""
-        return self.other
-
-    def stored(self):
-        return [("copy", self.copy), ("remainder", self.remainder)]
 
     def master_value(self, parts=None):
         copy, remainder = parts or [self.copy, self.remainder]
@@ -197,13 +167,8 @@ class SplitPair(Pair):
 
 
 def make_pair(param, shape, blob_copy, *, name, spec):
-    """The :class:`Pair` of ``spec``'s kind: the one place a pair's mode is asked."""
-    if spec.is_split:
-        kind = SplitPair
-    elif spec.is_pseudo:
-        kind = PseudoFP16Pair
-    else:
-        kind = ReversePair
+    """The pair record of ``spec``'s kind (decided by ``_pair_kinds.pair_class``)."""
+    kind = pair_class(spec, pseudo_fp16=PseudoFP16Pair, reverse=ReversePair, split=SplitPair)
     return kind(param, shape, blob_copy, name=name, spec=spec)
 
 
@@ -233,16 +198,15 @@ def _deps(op):
 
 def attach(tf_var, pair):
     """Record ``pair`` (the variable's one tfinit record) on the backend variable."""
-    setattr(tf_var, _INFO_ATTRIBUTE, pair)
+    setattr(tf_var, _pair_kinds.INFO_ATTRIBUTE, pair)
 
 
 def pair_of(variable):
     """The :class:`Pair` of a paired variable (Keras, tf or distributed), or None."""
     tf_var = backend_variable(variable)
-    pair = getattr(tf_var, _INFO_ATTRIBUTE, None)
+    pair = _pair_kinds.record_of(tf_var)
     if pair is None:
-        container = internals.distributed_container(tf_var)
-        pair = getattr(container, _INFO_ATTRIBUTE, None)
+        pair = _pair_kinds.record_of(internals.distributed_container(tf_var))
     return pair
 
 
@@ -260,59 +224,6 @@ def master_of(info):
 def copy_of(info):
     """The 16-bit variable the master's value is re-cast into."""
     return _pair_of_info(info).copy
-
-
-def variable_label(variable):
-    """How error messages name a variable: its Keras path, else its name."""
-    return getattr(variable, "path", None) or getattr(variable, "name", None) or repr(variable)
-
-
-def parameter_info(variable):
-    """The ``ParameterInfo`` of a variable created in ``tfinit.mixed_precision.scope``.
-
-    Caffe2's ``ParameterInfo`` of a PseudoFP16 parameter: ``param`` is the blob the net
-    computes with and ``blob_copy`` maps a dtype to the other blob of the pair.
-
-    Args:
-        variable: a Keras variable or ``tf.Variable``.
-
-    Returns:
-        The ``ParameterInfo``: ``param`` is the variable the code sees, ``blob_copy`` maps the
-        other dtype (``tf.float32`` in pseudo_fp16, the 16-bit dtype in reverse, ``tf.int16``
-        with ``master="split"``: the remainder) to the other variable.
-
-    Raises:
-        ValueError: the variable has no master/copy pair.
-
-    Example:
-
-    >>> import keras
-    >>> import tensorflow as tf
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     dense = keras.layers.Dense(2, kernel_initializer="ones")
-    ...     dense.build((None, 3))
-    >>> info = mp.parameter_info(dense.kernel)
-    >>> info
-    ParameterInfo(name='kernel', shape=(3, 2), dtype=float16, blob_copy={'float32': ...}, ...)
-    >>> info.param is dense.kernel
-    True
-    >>> master = info.blob_copy[tf.float32]
-    >>> master.dtype.name, master.numpy()[0]
-    ('float32', array([1., 1.], dtype=float32))
-    >>> mp.parameter_info(keras.Variable(1.0))
-    Traceback (most recent call last):
-    ...
-    ValueError: Variable ... has no fp32 master/16-bit copy pair: ...
-    """
-    pair = pair_of(variable)
-    if pair is None:
-        raise ValueError(
-            f"Variable {variable_label(variable)!r} has no fp32 master/16-bit copy pair: it "
-            "was not created inside tfinit.mixed_precision.scope(...) (or it is not a "
-            "trainable floating variable). Build the layer/module inside the scope."
-        )
-    return pair
 
 
 def _assign_cast(copy, master):
@@ -361,6 +272,11 @@ def components(variable):
     return list(values) if values is not None and not callable(values) else [variable]
 
 
+def replica_arrays(variable):
+    """The per-replica values of ``variable`` (numpy), in its components' order."""
+    return [np.asarray(component.numpy()) for component in components(variable)]
+
+
 def keep_scratches(pairs):
     """For a step XLA compiles: XLA cannot change a variable's shape, so each split pair's
     scratch is filled with its master now (eagerly, before the compiled step first runs) and
@@ -388,7 +304,7 @@ def empty(scratch):
 
 
 def _split_pairs(pairs):
-    return [pair for pair in pairs if isinstance(pair, SplitPair)]
+    return [pair for pair in pairs if pair.stores_master_split]
 
 
 def _scratch(pair):
@@ -475,65 +391,15 @@ def close_masters(pairs):
                    for pair in kept])
 
 
-def variables_of(target, who):
-    """The variables of a Keras model/layer, a ``tf.Module``, one variable or an iterable."""
-    if isinstance(target, (keras.Variable, tf.Variable)):
-        return [target]
-    if isinstance(target, keras.layers.Layer):
-        return list(target.weights)
-    if isinstance(target, tf.Module) or hasattr(target, "variables"):
-        return list(target.variables)
-    try:
-        return list(target)
-    except TypeError:
-        raise TypeError(
-            f"{who} expects a Keras model/layer, a tf.Module, a variable or an "
-            f"iterable of variables. Received: {type(target).__name__}"
-        ) from None
-
-
 def pairs_of(variables):
     """The distinct pairs among ``variables``, in order."""
-    pairs, seen = [], set()
-    for variable in variables:
-        pair = pair_of(variable)
-        if pair is not None and id(pair) not in seen:
-            seen.add(id(pair))
-            pairs.append(pair)
-    return pairs
+    return _pair_kinds.pairs_of(variables, pair_of)
 
 
-def sync_copies(model_or_variables):
-    """Refresh every 16-bit copy from its fp32 master (``copy = cast(master)``).
+def master_for_file(value):
+    """What a weights file stores for ``value`` (see ``_weight_files.master_or_value``)."""
+    return _weight_files.master_or_value(value, pair_of)
 
-    Call it after assigning masters by hand (restores through tfinit's hooks,
-    ``set_master_weights`` and ``MasterWeightOptimizer`` steps refresh copies themselves).
-    A split pair's copy is always its master's top half: nothing to refresh.
 
-    Args:
-        model_or_variables: a Keras layer/model, a ``tf.Module``, one variable or an
-            iterable of them.
-
-    Returns:
-        The number of distinct pairs among them (those refreshed, split pairs included).
-
-    Raises:
-        TypeError: ``model_or_variables`` is none of these.
-
-    Example:
-
-    >>> import keras
-    >>> import tensorflow as tf
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    >>> kernel = model.layers[0].kernel
-    >>> _ = mp.parameter_info(kernel).blob_copy[tf.float32].assign([[0.5], [2.0]])
-    >>> mp.sync_copies(model)                           # kernel and bias
-    2
-    >>> kernel.numpy().ravel()
-    array([0.5, 2. ], dtype=float16)
-    """
-    pairs = pairs_of(variables_of(model_or_variables, "sync_copies"))
-    refresh(pairs)
-    return len(pairs)
+def pair_pending():
+    """Nothing: on TensorFlow a pair is made when its variable is created."""

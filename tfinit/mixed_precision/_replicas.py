@@ -1,8 +1,12 @@
-"""Whether the local replicas of paired variables agree, bit for bit."""
+"""Whether the local replicas of paired variables agree, bit for bit (every backend).
 
-import numpy as np
+On TensorFlow a distributed variable's replicas are its per-replica components; under
+``keras.distribution`` on JAX a variable's value is one ``jax.Array``, and with a replicated
+layout (``DataParallel``) each device holds a whole replica of it. A value laid out in pieces
+(``ModelParallel``'s sharded weights) has no replicas to compare: it is read whole, as one.
+"""
 
-from tfinit.mixed_precision import _pairs, _replica_checks
+from tfinit.mixed_precision import _pair_kinds, _pair_store, _replica_checks
 
 
 def replica_mismatches(model_or_variables):
@@ -10,9 +14,11 @@ def replica_mismatches(model_or_variables):
 
     Checks, for a Keras model/layer, ``tf.Module`` or iterable of variables: every replica
     holds bit-identical values of each variable, master and 16-bit copy (split pairs: copy
-    and remainder); and on every replica each copy equals ``cast(master)`` bit for bit.
-    Under MultiWorkerMirroredStrategy this covers one worker's replicas; compare workers by
-    their masters' bytes. Also ``tfinit.distribute.replica_mismatches``.
+    and remainder); and on every replica each copy equals ``cast(master)`` bit for bit (a
+    split pair's copy is its master's top half by construction). Under
+    MultiWorkerMirroredStrategy, or a multi-process ``keras.distribution``, this covers this
+    process's replicas; compare processes by their masters' bytes. Also
+    ``tfinit.distribute.replica_mismatches`` on TensorFlow.
 
     Args:
         model_or_variables: a Keras layer/model, a ``tf.Module``, one variable or an
@@ -28,21 +34,21 @@ def replica_mismatches(model_or_variables):
     Example:
 
     >>> import keras
-    >>> import tensorflow as tf
     >>> from tfinit import mixed_precision as mp
     >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
     ...     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="dense")],
     ...                              name="model")
     >>> mp.replica_mismatches(model)
     []
-    >>> master = mp.parameter_info(model.layers[0].kernel).blob_copy[tf.float32]
-    >>> _ = master.assign(master + 0.125)               # by hand, without sync_copies
+    >>> master = mp.parameter_info(model.layers[0].kernel).blob_copy["float32"]
+    >>> _ = master.assign(keras.ops.convert_to_numpy(master) + 0.125)  # without sync_copies
     >>> mp.replica_mismatches(model)
     ['model/dense/kernel: copy != cast(master) on replica 0']
     """
+    _pair_store.pair_pending()
     problems, seen = [], set()
-    for variable in _pairs.variables_of(model_or_variables, "replica_mismatches"):
-        pair = _pairs.pair_of(variable)
+    for variable in _pair_kinds.variables_of(model_or_variables, "replica_mismatches"):
+        pair = _pair_store.pair_of(variable)
         if pair is None:
             members = [("variable", variable)]
         elif id(pair) in seen:
@@ -50,10 +56,8 @@ def replica_mismatches(model_or_variables):
         else:
             seen.add(id(pair))
             members = pair.stored()
-        per_member = [_pairs.components(member) for _, member in members]
-        replicas = [(role, [np.asarray(c.numpy()) for c in components])
-                    for (role, _), components in zip(members, per_member)]
-        masters = None if pair is None else [
-            np.asarray(pair.master_value(list(parts)), np.float32) for parts in zip(*per_member)]
-        problems += _replica_checks.mismatches(_pairs.variable_label(variable), replicas, masters)
+        replicas = [(role, _pair_store.replica_arrays(member)) for role, member in members]
+        masters = dict(replicas).get("master")  # a split copy is its master's top half
+        name = _pair_kinds.variable_label(pair.param if pair is not None else variable)
+        problems += _replica_checks.mismatches(name, replicas, masters)
     return problems

@@ -31,22 +31,21 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _pairs, _state
+from tfinit.mixed_precision import _pair_kinds, _pairs, _state
 from tfinit.parameter_info import without_output_index
 
 
-def _plain_optimizer_error(variable):
-    return ValueError(
-        f"Variable {_pairs.variable_label(variable)!r} has an fp32 master (it was built in "
-        "tfinit.mixed_precision.scope), and a plain Keras optimizer would update it without "
-        "that master. Wrap the optimizer: `model.compile(optimizer=tfinit.mixed_precision."
-        "MasterWeightOptimizer(keras.optimizers.Adam(...)))`, or in a custom loop "
-        "`optimizer = tfinit.mixed_precision.MasterWeightOptimizer(optimizer)`."
-    )
-
-
-class PairedVariable(internals.HookedKerasVariable):
+class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVariable):
     """A Keras variable with an fp32 master (see the module docstring)."""
+
+    def pair(self):
+        return _pairs.pair_of(self)
+
+    def penalty_on_master(self, penalty):
+        return MasterPenalty(penalty, self)
+
+    def refuses_plain_optimizer(self, pair):
+        return True  # reverse too: a plain optimizer's write would pass its cached copy by
 
     def layer_read(self, tf_var, autocast_dtype):
         pair = _pairs.pair_of(self)
@@ -69,31 +68,6 @@ class PairedVariable(internals.HookedKerasVariable):
             # tf.saved_model.save traces its signatures here: Keras's cast, no copy capture.
             return None
         return _read(tf_var, pair.copy.read_value(), tf_var.dtype)
-
-    # -- what stores, regularizes and optimizes sees the master ------------------------
-    @property
-    def regularizer(self):
-        penalty = keras.Variable.regularizer.fget(self)
-        pair = _pairs.pair_of(self)
-        if penalty is None or pair is None or not pair.computes_with_copy:
-            return penalty
-        return _MasterPenalty(penalty, self)
-
-    @regularizer.setter
-    def regularizer(self, value):
-        keras.Variable.regularizer.fset(self, value)
-
-    @property
-    def overwrite_with_gradient(self):
-        if keras.Variable.overwrite_with_gradient.fget(self):
-            return True  # Keras's float8 scales: overwritten, never paired-updated
-        if _pairs.pair_of(self) is not None:
-            raise _plain_optimizer_error(self)
-        return False
-
-    @overwrite_with_gradient.setter
-    def overwrite_with_gradient(self, value):
-        keras.Variable.overwrite_with_gradient.fset(self, value)
 
     # -- writes -----------------------------------------------------------------------
     def assign(self, value):
@@ -218,7 +192,7 @@ def _short_name(variable):
     return without_output_index(getattr(variable, "name", None) or "Variable").split("/")[-1]
 
 
-class _MasterPenalty:
+class MasterPenalty:
     """A layer's regularizer applied to the fp32 master of a pseudo_fp16 variable."""
 
     def __init__(self, penalty, variable):

@@ -17,6 +17,22 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
 
 
+def master_or_value(value, pair_of):
+    """What a Keras weights file stores for ``value``: its pair's ``file_value()`` (the exact
+    fp32 master) where the layer computes with a copy, else ``value`` itself.
+
+    Args:
+        value: what a layer's ``save_own_variables`` writes (a variable, or an array).
+        pair_of: the backend's lookup of a variable's pair record.
+
+    Raises:
+        ValueError: the pair's 16-bit copy was changed without its master.
+    """
+    pair = pair_of(value) if hasattr(value, "shape") else None
+    stored = None if pair is None else pair.file_value()
+    return value if stored is None else stored
+
+
 class StoreView:
     """A Keras weights store seen through ``write``/``read`` conversions of its values."""
 

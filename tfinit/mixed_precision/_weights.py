@@ -1,18 +1,115 @@
-"""The master-aware mirror of ``get_weights`` / ``set_weights``, and plain weight files."""
+"""The public master-weight functions, one code path on every backend.
+
+``parameter_info``, ``sync_copies``, ``get_master_weights``, ``set_master_weights`` and
+``save_weights`` ask only a variable's pair record (:mod:`~tfinit.mixed_precision._pair_kinds`):
+its master, copy and file value, whichever kind it is. The backend's pair module is chosen
+once: ``_pairs`` on TensorFlow (``tf.Variable`` objects, ``tf.distribute``), ``_jax_pairs``
+on the ``keras.Variable`` backends (JAX, torch), whose pairs are made from built layers
+(``pair_pending``); ``_pair_store`` holds the choice.
+"""
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from tfinit.mixed_precision import _checkpoint, _pairs, _weight_files
+from tfinit.mixed_precision import _pair_kinds, _pair_store, _weight_files
+
+
+def _pairs_of(target, who):
+    _pair_store.pair_pending()
+    return _pair_kinds.pairs_of(_pair_kinds.variables_of(target, who), _pair_store.pair_of)
+
+
+def parameter_info(variable):
+    """The ``ParameterInfo`` of a variable created in ``tfinit.mixed_precision.scope``.
+
+    Caffe2's ``ParameterInfo`` of a PseudoFP16 parameter: ``param`` is the blob the net
+    computes with and ``blob_copy`` maps a dtype to the other blob of the pair.
+
+    Args:
+        variable: a Keras variable (or, on TensorFlow, a ``tf.Variable``).
+
+    Returns:
+        The ``ParameterInfo``: ``param`` is the variable the code sees, ``blob_copy`` maps the
+        other dtype (``"float32"`` in pseudo_fp16, the 16-bit dtype in reverse, ``"int16"``
+        with ``master="split"``: the remainder) to the other variable. Keys are dtypes in any
+        form Keras takes (``"float32"``, ``np.float32``, ``tf.float32`` on TensorFlow).
+
+    Raises:
+        ValueError: the variable has no master/copy pair.
+
+    Example:
+
+    >>> import keras
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     dense = keras.layers.Dense(2, kernel_initializer="ones")
+    ...     dense.build((None, 3))
+    >>> info = mp.parameter_info(dense.kernel)
+    >>> info
+    ParameterInfo(name='kernel', shape=(3, 2), dtype=float16, blob_copy={'float32': ...}, ...)
+    >>> info.param is dense.kernel
+    True
+    >>> master = info.blob_copy["float32"]
+    >>> keras.ops.convert_to_numpy(master)[0]
+    array([1., 1.], dtype=float32)
+    >>> mp.parameter_info(keras.Variable(1.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: Variable ... has no fp32 master/16-bit copy pair: ...
+    """
+    _pair_store.pair_pending()
+    pair = _pair_store.pair_of(variable)
+    if pair is None:
+        raise ValueError(
+            f"Variable {_pair_kinds.variable_label(variable)!r} has no fp32 master/16-bit copy "
+            "pair: it was not created inside tfinit.mixed_precision.scope(...) (or it is not "
+            "a trainable floating variable). Build the layer/model inside the scope."
+        )
+    return pair
+
+
+def sync_copies(model_or_variables):
+    """Refresh every 16-bit copy from its fp32 master (``copy = cast(master)``).
+
+    Call it after assigning masters by hand (restores through tfinit's hooks,
+    ``set_master_weights`` and ``MasterWeightOptimizer`` steps refresh copies themselves).
+    A split pair's copy is always its master's top half: nothing to refresh.
+
+    Args:
+        model_or_variables: a Keras layer/model, a ``tf.Module``, one variable or an
+            iterable of them.
+
+    Returns:
+        The number of distinct pairs among them (those refreshed, split pairs included).
+
+    Raises:
+        TypeError: ``model_or_variables`` is none of these.
+
+    Example:
+
+    >>> import keras
+    >>> from tfinit import mixed_precision as mp
+    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
+    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    >>> kernel = model.layers[0].kernel
+    >>> _ = mp.parameter_info(kernel).blob_copy["float32"].assign([[0.5], [2.0]])
+    >>> mp.sync_copies(model)                           # kernel and bias
+    2
+    >>> keras.ops.convert_to_numpy(kernel).ravel()
+    array([0.5, 2. ], dtype=float16)
+    """
+    pairs = _pairs_of(model_or_variables, "sync_copies")
+    _pair_store.refresh(pairs)
+    return len(pairs)
 
 
 def _weights(model_or_layer, who):
     if not isinstance(model_or_layer, keras.layers.Layer):
         raise TypeError(
-            f"{who}: argument `model_or_layer` must be a Keras model or layer. "
+            f"{who}: Argument `model_or_layer` must be a Keras model or layer. "
             f"Received: {type(model_or_layer).__name__}"
         )
+    _pair_store.pair_pending()
     return list(model_or_layer.weights)
 
 
@@ -31,6 +128,8 @@ def get_master_weights(model_or_layer):
 
     Raises:
         TypeError: ``model_or_layer`` is not a Keras model or layer.
+        ValueError: a paired 16-bit variable was changed without its master (a plain
+            optimizer trained it): its master would drop that change.
 
     Example:
 
@@ -49,8 +148,8 @@ def get_master_weights(model_or_layer):
     """
     arrays = []
     for variable in _weights(model_or_layer, "get_master_weights"):
-        pair = _pairs.pair_of(variable)
-        arrays.append(pair.master_value().numpy() if pair is not None else np.asarray(variable))
+        pair = _pair_store.pair_of(variable)
+        arrays.append(pair.master_array() if pair is not None else np.asarray(variable))
     return arrays
 
 
@@ -90,27 +189,28 @@ def set_master_weights(model_or_layer, arrays):
     >>> mp.set_master_weights(model, best[:1])
     Traceback (most recent call last):
     ...
-    ValueError: set_master_weights: 'sequential...' has 2 weights; received 1 arrays.
+    ValueError: set_master_weights: Argument `arrays` must hold 2 arrays, one per weight of ...
     """
     variables = _weights(model_or_layer, "set_master_weights")
     arrays = list(arrays)
     if len(arrays) != len(variables):
         raise ValueError(
-            f"set_master_weights: {model_or_layer.name!r} has {len(variables)} weights; "
-            f"received {len(arrays)} arrays."
+            f"set_master_weights: Argument `arrays` must hold {len(variables)} arrays, one per "
+            f"weight of {model_or_layer.name!r}. Received: {len(arrays)} arrays."
         )
     for variable, array in zip(variables, arrays):
         array = np.asarray(array)
         if tuple(array.shape) != tuple(variable.shape):
             raise ValueError(
-                f"set_master_weights: variable {_pairs.variable_label(variable)!r} has shape "
-                f"{tuple(variable.shape)}; received an array of shape {tuple(array.shape)}."
+                f"set_master_weights: variable {_pair_kinds.variable_label(variable)!r} has "
+                f"shape {tuple(variable.shape)}. Received: an array of shape "
+                f"{tuple(array.shape)}."
             )
-        pair = _pairs.pair_of(variable)
+        pair = _pair_store.pair_of(variable)
         if pair is None:
             variable.assign(array)
-            continue
-        pair.assign_master(tf.cast(array, tf.float32))
+        else:
+            pair.assign_master(array)
 
 
 def save_weights(model, filepath, dtype=None):
@@ -130,8 +230,8 @@ def save_weights(model, filepath, dtype=None):
         None.
 
     Raises:
-        ValueError: ``dtype`` is not one of these, or ``filepath`` does not end in
-            ``.weights.h5``.
+        ValueError: ``dtype`` is not one of these, ``filepath`` does not end in
+            ``.weights.h5``, or a paired 16-bit variable was changed without its master.
 
     Example:
 
@@ -149,4 +249,5 @@ def save_weights(model, filepath, dtype=None):
     >>> plain.get_weights()[0].ravel()
     array([1., 1.], dtype=float16)
     """
-    _weight_files.write_weights_file(model, filepath, dtype, _checkpoint.masters_for_saving)
+    _pair_store.pair_pending()
+    _weight_files.write_weights_file(model, filepath, dtype, _pair_store.master_for_file)
