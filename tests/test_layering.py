@@ -55,6 +55,8 @@ LAYERS = [
             # layout on JAX; what replica_mismatches reports (either backend)
             ["_caffe2_sgd", "_pairs", "_state", "_weight_files", "_jax_split", "_replica_checks"],
             ["_checkpoint", "_policy", "_replicas", "_variable"],
+            # what both backends' MasterWeightOptimizer and scope share (no TensorFlow)
+            ["_optimizer_core", "_scope_hooks"],
             # JAX: the pair records made from built layers (no variable creator there)
             ["_optimizer", "_weights", "_jax_pairs"],
             ["_creator", "_jax_optimizer", "_jax_weights", "_jax_replicas"],
