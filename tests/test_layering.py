@@ -55,7 +55,9 @@ LAYERS = [
             # through conversions; the split layout on JAX; what replica_mismatches reports
             ["_pair_kinds", "_caffe2_sgd", "_state", "_weight_files", "_jax_split",
              "_replica_checks"],
-            ["_pairs", "_policy"],  # TensorFlow's pair records; the layers' dtype policy
+            # TensorFlow's pair records; the layers' dtype policy; what both backends'
+            # MasterWeightOptimizer and scope share (no TensorFlow)
+            ["_pairs", "_policy", "_optimizer_core", "_scope_hooks"],
             # checkpoints and Keras variables on TensorFlow; JAX/torch: the pair records made
             # from built layers (no variable creator there)
             ["_checkpoint", "_variable", "_jax_pairs"],

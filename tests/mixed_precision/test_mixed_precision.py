@@ -480,13 +480,28 @@ def test_fp32_variables_without_master_update_normally():
 
 @pytest.mark.parametrize("bad", [object(), "sgd", None])
 def test_non_keras_optimizer_is_type_error(bad):
-    with pytest.raises(TypeError, match="argument `optimizer` must be a Keras 3 optimizer"):
+    with pytest.raises(TypeError, match="Argument `optimizer` must be a Keras 3 optimizer"):
         mp.MasterWeightOptimizer(bad)
 
 
 def test_bad_loss_scale():
-    with pytest.raises(ValueError, match="argument `loss_scale` must be .*Received"):
+    with pytest.raises(ValueError, match="Argument `loss_scale` must be .*Received"):
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=-1.0)
+
+
+def test_a_config_written_on_either_backend_loads_and_other_keywords_are_refused():
+    """The JAX class wrote its inner optimizer under "inner_optimizer" (on Keras 3.10 with
+    its base optimizer's defaults too); both classes now write TensorFlow's keys."""
+    inner = keras.saving.serialize_keras_object(keras.optimizers.Adam(0.25))
+    jax_era = {"name": "mwo", "inner_optimizer": inner, "loss_scale": 128,
+               "state_dtype": "bfloat16", "use_ema": False, "clipnorm": None}
+    opt = mp.MasterWeightOptimizer.from_config(jax_era)
+    assert (opt.name, opt.loss_scale, opt.state_dtype) == ("mwo", 128.0, "bfloat16")
+    assert float(keras.ops.convert_to_numpy(opt.inner_optimizer.learning_rate)) == 0.25
+    assert sorted(opt.get_config()) == ["loss_scale", "name", "optimizer", "state_dtype"]
+    with pytest.raises(ValueError, match=r"unexpected keyword arguments \['clipnorm'\].*"
+                                         r"Received: clipnorm=1\.0"):
+        mp.MasterWeightOptimizer.from_config({**jax_era, "clipnorm": 1.0})
 
 
 def test_sync_copies_after_manual_master_assign():

@@ -146,11 +146,24 @@ def test_refusals_name_the_fix(mp):
     with pytest.raises(ValueError, match="already a loss-scale optimizer"):
         mp.MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
     half = keras.Variable(np.zeros((2,), np.float16), name="half")
-    with pytest.raises(ValueError, match="'half' is float16 without an fp32 master"):
+    with pytest.raises(ValueError, match="'half' is float16 and has no fp32 master"):
         mp.MasterWeightOptimizer(keras.optimizers.SGD()).build([half])
     with pytest.raises(ValueError, match="argument `mode` must be one of"):
         with mp.scope("fp8"):
             pass
+
+
+@jax_only
+def test_a_config_written_on_tensorflow_loads_and_other_keywords_are_refused(mp):
+    inner = keras.saving.serialize_keras_object(keras.optimizers.SGD(0.25))
+    tf_era = {"name": "mwo", "optimizer": inner, "loss_scale": "dynamic", "state_dtype": None}
+    opt = mp.MasterWeightOptimizer.from_config(tf_era)
+    assert (opt.name, opt.loss_scale, opt.state_dtype, opt.dynamic) == ("mwo", "dynamic",
+                                                                         None, True)
+    assert float(keras.ops.convert_to_numpy(opt.inner_optimizer.learning_rate)) == 0.25
+    assert opt.get_config() == {**tf_era, "optimizer": opt.get_config()["optimizer"]}
+    with pytest.raises(ValueError, match=r"unexpected keyword arguments \['clipnorm'\]"):
+        mp.MasterWeightOptimizer(keras.optimizers.SGD(), clipnorm=1.0)
 
 
 @jax_only

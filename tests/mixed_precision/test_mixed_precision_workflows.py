@@ -338,7 +338,7 @@ def test_float16_file_loaded_in_bfloat16_scope_sets_every_master_exactly(tmp_pat
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0.0, -2.0, True, "static"])
 def test_loss_scale_must_be_dynamic_none_or_finite_positive(bad):
-    with pytest.raises(ValueError, match=r"argument `loss_scale` must be 'auto', 'dynamic', "
+    with pytest.raises(ValueError, match=r"Argument `loss_scale` must be 'auto', 'dynamic', "
                                          r"None or a finite positive number"):
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=bad)
 

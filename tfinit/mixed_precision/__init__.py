@@ -52,18 +52,19 @@ weights of the same architecture load into a pseudo_fp16 model exactly (fine-tun
 
 from tfinit import _backend
 
-# TensorFlow first: the API reference (griffe, reading the source) documents this branch.
 # Only the scope and the optimizer's step differ by backend; the rest is one code path.
-if _backend.name() not in _backend.KERAS_VARIABLE_MIXED_PRECISION:
-    _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
-
-    from tfinit.mixed_precision._creator import scope
-    from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
-else:
+if _backend.name() in _backend.KERAS_VARIABLE_MIXED_PRECISION:
     # Keras's JAX or torch backend (no TensorFlow): the same public names;
     # docs/mixed-precision.md#on-kerass-jax-backend lists what differs there.
     from tfinit.mixed_precision._jax_scope import scope
     from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
+else:
+    # TensorFlow last: the API reference (griffe reads the source and keeps a name's last
+    # binding) documents this branch.
+    _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
+
+    from tfinit.mixed_precision._creator import scope
+    from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
 
 from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
 from tfinit.mixed_precision._weights import (get_master_weights, parameter_info, save_weights,

@@ -21,16 +21,14 @@ that layer object alone, when the scope exits.
 
 import contextlib
 import functools
-import inspect
 
-import keras
 
 from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
 from tfinit.initializers import create_pair
 from tfinit.parameter_info import without_output_index
-from tfinit.mixed_precision import _checkpoint, _pairs, _state, _variable
+from tfinit.mixed_precision import _checkpoint, _pairs, _scope_hooks, _state, _variable
 from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
 from tfinit.mixed_precision._policy import PairPolicy
 
@@ -113,73 +111,31 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
 
 
 @contextlib.contextmanager
+def _creating(state):
+    """``state``'s variable creator runs (also under ``tf.init_scope`` in a traced function)."""
+    tf = _backend.tensorflow("tfinit.mixed_precision.scope")
+    creator = functools.partial(_create, state)
+    with contextlib.ExitStack() as creators:
+        creators.enter_context(tf.variable_creator_scope(creator))
+        if not tf.executing_eagerly():
+            # A lazy build inside a traced function (fit's symbolic build): Keras lifts
+            # variable creation out with tf.init_scope, whose creator stack is the eager one.
+            with tf.init_scope():
+                creators.enter_context(tf.variable_creator_scope(creator))
+        yield
+
+
 def _activated(state):
     """``state`` is the innermost scope: its policy is Keras's global one, its creator runs."""
-    tf = _backend.tensorflow("tfinit.mixed_precision.scope")
-    previous_policy = keras.config.dtype_policy()
-    _state.push(state)
-    try:
-        keras.config.set_dtype_policy(state.policy)
-        creator = functools.partial(_create, state)
-        with contextlib.ExitStack() as creators:
-            creators.enter_context(tf.variable_creator_scope(creator))
-            if not tf.executing_eagerly():
-                # A lazy build inside a traced function (fit's symbolic build): Keras lifts
-                # variable creation out with tf.init_scope, whose creator stack is the eager one.
-                with tf.init_scope():
-                    creators.enter_context(tf.variable_creator_scope(creator))
-            yield
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-        _state.pop(state)
+    return _scope_hooks.activated(state, _creating)
 
 
 def _adopt_constructed_layers(state):
     """Each model constructed in ``state`` wraps a plain optimizer in ``compile``; each layer
-    constructed in it and not built yet builds inside it."""
-    for layer in internals.layers_holding(state.policy):
-        if isinstance(layer, keras.Model):
-            _wrap_compile(layer)
-        if layer.built:
-            continue
-        build = layer.build
-
-        @functools.wraps(build)
-        def build_in_scope(*args, _build=build, layer=layer, **kwargs):
-            if _state.active() is state:
-                return _build(*args, **kwargs)
-            with _activated(state):
-                result = _build(*args, **kwargs)
-            _defer_pairing(state, layer)
-            return result
-
-        internals.set_object_method(layer, "build", build_in_scope)
-
-
-def _wrap_compile(model):
-    """``model.compile`` wraps a plain Keras optimizer in ``MasterWeightOptimizer``, as Keras's
-    ``compile`` wraps one in ``LossScaleOptimizer`` under ``mixed_float16``
-    (``auto_scale_loss=False``: a wrapper without loss scaling). A Keras
-    ``LossScaleOptimizer`` is left as given: its first step refuses the paired variables."""
-    if internals.has_object_method(model, "compile"):
-        return
-    compile_model = model.compile
-    signature = inspect.signature(compile_model)
-
-    @functools.wraps(compile_model)
-    def compile_with_masters(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        optimizer = bound.arguments.get("optimizer", "rmsprop")
-        if optimizer is not None:
-            optimizer = keras.optimizers.get(optimizer)
-            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                scaling = {} if bound.arguments.get("auto_scale_loss", True) else {
-                    "loss_scale": None}
-                optimizer = MasterWeightOptimizer(optimizer, **scaling)
-            bound.arguments["optimizer"] = optimizer
-        return compile_model(*bound.args, **bound.kwargs)
-
-    internals.set_object_method(model, "compile", compile_with_masters)
+    constructed in it and not built yet builds inside it (its variables created later by
+    Keras too: ``_defer_pairing``)."""
+    _scope_hooks.adopt_constructed_layers(state, MasterWeightOptimizer, _defer_pairing,
+                                          creating=_creating)
 
 
 def _defer_pairing(state, layer):

@@ -19,28 +19,17 @@ applied step compiles alike and masters match Keras ``mixed_*``; an eager ``appl
 non-finite step with an element-wise select.
 """
 
-import math
-
 import keras
 from keras import ops
 
-from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _jax_pairs, _jax_split, _state
-
-INITIAL_SCALE = 2.0**15
-GROWTH_STEPS = 2000
-_AUTO = "auto"
-
-
-def _scaling_for(compute_dtypes):
-    if "float16" in compute_dtypes:
-        return "dynamic"
-    return None if compute_dtypes else _AUTO
+from tfinit._precision import MASTER_DTYPE
+from tfinit.mixed_precision import _jax_pairs, _jax_split
+from tfinit.mixed_precision._optimizer_core import MasterWeightOptimizerBase
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
-class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
+class MasterWeightOptimizer(MasterWeightOptimizerBase):
     """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables (JAX).
 
     The same contract as on TensorFlow: gradients of the 16-bit copies are cast to fp32 and
@@ -61,7 +50,8 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
         ValueError: a loss-scale optimizer as ``optimizer``, a bad ``loss_scale`` or
-            ``state_dtype``; at build, a 16-bit trainable variable without a master.
+            ``state_dtype``, other keyword arguments; at build, a 16-bit trainable variable
+            without a master.
 
     Example:
 
@@ -79,90 +69,38 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     array([0.999975, 0.999975], dtype=float32)
     """
 
-    def __init__(self, optimizer, loss_scale=_AUTO, name=None, state_dtype=None, **kwargs):
-        if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
-                "MasterWeightOptimizer: Argument `optimizer` must be a Keras 3 optimizer. "
-                f"Received: optimizer of type {type(optimizer).__name__}")
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            raise ValueError(
-                "MasterWeightOptimizer: Argument `optimizer` is already a loss-scale "
-                "optimizer; pass its inner optimizer (MasterWeightOptimizer scales the loss).")
-        if state_dtype not in (None, MASTER_DTYPE, "bfloat16"):
-            raise ValueError("MasterWeightOptimizer: Argument `state_dtype` must be None, "
-                             f"'float32' or 'bfloat16'. Received: state_dtype={state_dtype!r}")
-        loss_scale = _check_loss_scale(loss_scale)
-        initial = loss_scale if isinstance(loss_scale, float) else INITIAL_SCALE
-        super().__init__(optimizer, initial_scale=initial,
-                         dynamic_growth_steps=GROWTH_STEPS, name=name, **kwargs)
-        self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
-        self.loss_scale = loss_scale
-        self._scaling = self.loss_scale
-        if self._scaling == _AUTO:
-            scope = _state.active()
-            if scope is not None:
-                self._scaling = _scaling_for({scope.spec.compute_dtype})
-
-    @property
-    def dynamic(self):
-        """Whether the loss scale changes (doubles, halves) with the gradients."""
-        return self._scaling == "dynamic"
-
-    def _resolve_scaling(self, pairs):
-        if self._scaling == _AUTO:
-            dtypes = {p.spec.compute_dtype for p in pairs} or \
-                set(_state.compute_dtypes_used()) & set(COMPUTE_DTYPES)
-            resolved = _scaling_for(dtypes)
-            self._scaling = None if resolved == _AUTO else resolved
-
-    @property
-    def _scales(self):
-        return self._scaling is not None and self._scaling != _AUTO
-
-    def build(self, var_list):
+    # -- the pairs, as keras.Variables -----------------------------------------------
+    def _update_targets(self, variables):
         _jax_pairs.pair_pending()
-        var_list = list(var_list)
-        targets, others = [], []
-        for variable in var_list:
-            pair = _jax_pairs.pair_of(variable)
-            if pair is None:
-                if dtype_name(variable.dtype) in COMPUTE_DTYPES:
-                    raise ValueError(
-                        f"MasterWeightOptimizer: variable {variable.path!r} is "
-                        f"{variable.dtype} without an fp32 master: build the model inside "
-                        "tfinit.mixed_precision.scope(...) so that its layers pair up.")
-                targets.append(variable)
-            else:
-                targets.append(pair.master)
-                others.append(pair.other)
-        self._resolve_scaling(_jax_pairs.pairs_of(var_list))
-        # Not through Keras's attribute tracking (it would make the model's fp32 variables
-        # optimizer state too): the masters become state below, explicitly.
-        object.__setattr__(self, "_targets", targets)
-        # LossScaleOptimizer.build, but the inner optimizer is built for the masters.
-        self.step_counter = self.add_variable(shape=(), dtype="int", initializer="zeros",
-                                              aggregation="none", name="step_counter")
-        self.dynamic_scale = self.add_variable(
-            shape=(), dtype=MASTER_DTYPE, initializer=keras.initializers.Constant(
-                self.initial_scale), aggregation="none", name="dynamic_scale")
-        # Exclusions set on the inner optimizer before it was wrapped name the layer's
-        # variables (pseudo_fp16: the copies); its updates go to the masters.
-        internals.carry_weight_decay_exclusions(
-            self.inner_optimizer, [(v, t) for v, t in zip(var_list, targets) if v is not t])
-        if self.state_dtype not in (None, MASTER_DTYPE):
-            _jax_split.keep_state_in(self.inner_optimizer, self.state_dtype,
-                                     [p.master for p in _jax_pairs.pairs_of(var_list)])
-        self.inner_optimizer.build(targets)
-        keras.optimizers.Optimizer.build(self, var_list)
-        for other in others:
-            internals.track_optimizer_variable(self, other)
+        return super()._update_targets(variables)
 
-    def scale_loss(self, loss):
-        if not self._scales:
-            return loss
-        scale = self.dynamic_scale if self.built else self.initial_scale
-        return ops.multiply(loss, ops.cast(scale, loss.dtype) if hasattr(loss, "dtype")
-                            else scale)
+    def _pair_of(self, variable):
+        return _jax_pairs.pair_of(variable)
+
+    def _master_of(self, pair):
+        return pair.master
+
+    def _own_dtype(self, variable):
+        return variable.dtype
+
+    def _open_masters(self, pairs):
+        for pair in pairs:
+            pair.open_step()  # a split pair's master joined into its scratch variable
+
+    def _close_masters(self, pairs):
+        for pair in pairs:
+            pair.close_step()  # copies re-cast; split: split back, the scratch emptied
+
+    def _keep_state_in(self, dtype, pairs):
+        _jax_split.keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])
+
+    def _built_for(self, var_list, targets, pairs):
+        # Not through Keras's attribute tracking (it would make the model's fp32 variables
+        # optimizer state too): the step's targets, and the pairs' other variables as this
+        # optimizer's state, explicitly.
+        object.__setattr__(self, "_targets", targets)
+        for pair in pairs:
+            internals.track_optimizer_variable(self, pair.other)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         mapping = list(zip(self._trainable_variables, trainable_variables)) + list(
@@ -178,7 +116,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                     [old if new is None else new
                      for new, old in zip(state, optimizer_variables)])
 
-        if not self._scales:
+        if self._resolve_scaling() is None:
             return run(lambda: self._step(grads, None))
         # As Keras's LossScaleOptimizer on JAX: one ops.cond over the values, so the applied
         # step compiles as Keras's does (the same bits).
@@ -192,7 +130,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                 self.build(trainable_variables)
             self.built = True
         grads = list(grads)
-        if not self._scales:
+        if self._resolve_scaling() is None:
             return self._step(grads, None)
         pairs = _jax_pairs.pairs_of(self._trainable_variables)
         masters = {id(p.master) for p in pairs}
@@ -210,18 +148,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         self.step_counter.assign(ops.where(finite, counter, ops.zeros_like(counter)))
 
     def _finite_step(self, grads):
-        scale = ops.cast(self.dynamic_scale.value, MASTER_DTYPE)
-        if self.dynamic:
-            counter = self.step_counter.value
-            grow = ops.equal(counter, GROWTH_STEPS - 1)
-            self.dynamic_scale.assign(ops.where(grow, ops.multiply(scale, 2.0), scale))
-            self.step_counter.assign(ops.where(grow, ops.zeros_like(counter), counter + 1))
+        scale = ops.cast(self.dynamic_scale.value, MASTER_DTYPE)  # before it grows
+        self._count_finite_step()
         self._step(grads, scale)
-
-    def _skip_step(self):
-        if self.dynamic:
-            self.dynamic_scale.assign(ops.multiply(self.dynamic_scale.value, 0.5))
-            self.step_counter.assign(ops.zeros_like(self.step_counter.value))
 
     def _step(self, grads, scale):
         """Unscale in fp32, update the masters with the inner optimizer, re-cast the copies."""
@@ -233,33 +162,9 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
         pairs = _jax_pairs.pairs_of(self._trainable_variables)
-        for pair in pairs:
-            pair.open_step()  # a split pair's master joined into its scratch variable
+        self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
-        for pair in pairs:
-            pair.close_step()  # copies re-cast; split: split back, the scratch emptied
-
-    def _masters_of(self, variables):
-        """``variables`` with each paired one replaced by the variable the inner optimizer
-        updates for it (its master; reverse: itself)."""
-        _jax_pairs.pair_pending()
-        return [v if _jax_pairs.pair_of(v) is None else _jax_pairs.pair_of(v).master
-                for v in variables]
-
-    def exclude_from_weight_decay(self, var_list=None, var_names=None):
-        """As Keras's, for the inner optimizer; paired variables map to their masters (a
-        master has its layer variable's name and path, so ``var_names`` match alike)."""
-        targets = self._masters_of(var_list) if var_list else None
-        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
-
-    def finalize_variable_values(self, var_list):
-        """As Keras's, on the masters (EMA's averages are set on them; copies re-cast)."""
-        pairs = _jax_pairs.pairs_of(var_list)
-        for pair in pairs:
-            pair.open_step()  # a split pair's master joined into its scratch variable
-        self.inner_optimizer.finalize_variable_values(self._masters_of(var_list))
-        for pair in pairs:
-            pair.close_step()
+        self._close_masters(pairs)
 
     def load_own_variables(self, store):
         """Keras's, except the pairs' variables this optimizer carries as state (a
@@ -276,27 +181,3 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         for index, variable in enumerate(self.variables):
             if id(variable) not in paired:
                 variable.assign(store[str(index)])
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("initial_scale", None)
-        config.pop("dynamic_growth_steps", None)
-        return {**config, "loss_scale": self.loss_scale, "state_dtype": self.state_dtype}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        inner = keras.saving.deserialize_keras_object(config.pop("inner_optimizer"),
-                                                      custom_objects=custom_objects)
-        return cls(inner, **config)
-
-
-def _check_loss_scale(loss_scale):
-    if loss_scale in (None, _AUTO, "dynamic"):
-        return loss_scale
-    if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool) and \
-            math.isfinite(loss_scale) and loss_scale > 0:
-        return float(loss_scale)
-    raise ValueError(
-        "MasterWeightOptimizer: Argument `loss_scale` must be 'auto', 'dynamic', a finite "
-        f"positive number or None. Received: loss_scale={loss_scale!r}")

@@ -11,13 +11,12 @@ the block builds inside the same scope, as on TensorFlow.
 
 import contextlib
 import functools
-import inspect
 
 import keras
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
-from tfinit.mixed_precision import _jax_pairs, _state
+from tfinit.mixed_precision import _jax_pairs, _scope_hooks, _state
 from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
 from tfinit.mixed_precision._policy import PairPolicy
 
@@ -67,68 +66,19 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     policy.spec = spec  # how the master is stored included (master="split")
     state = _state.ScopeState(spec, None, policy)
     try:
-        with _activated(state):
+        with _scope_hooks.activated(state):  # no variable creator on JAX and torch
             yield
     finally:
         _adopt_constructed_layers(state)
         _jax_pairs.pair_pending()
 
 
-@contextlib.contextmanager
-def _activated(state):
-    previous_policy = keras.config.dtype_policy()
-    _state.push(state)
-    try:
-        keras.config.set_dtype_policy(state.policy)
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
-        _state.pop(state)
-
-
 def _adopt_constructed_layers(state):
-    for layer in internals.layers_holding(state.policy):
-        if isinstance(layer, keras.Model):
-            _wrap_compile(layer)
-            if keras.backend.backend() == "jax":  # torch's eager step reads the masters
-                _wrap_loss_step(layer)
-        if layer.built:
-            continue
-        build = layer.build
-
-        @functools.wraps(build)
-        def build_in_scope(*args, _build=build, **kwargs):
-            if _state.active() is state:
-                return _build(*args, **kwargs)
-            with _activated(state):
-                result = _build(*args, **kwargs)
-            _jax_pairs.pair_pending()
-            return result
-
-        internals.set_object_method(layer, "build", build_in_scope)
-
-
-def _wrap_compile(model):
-    """``model.compile`` wraps a plain Keras optimizer in ``MasterWeightOptimizer``."""
-    if internals.has_object_method(model, "compile"):
-        return
-    compile_model = model.compile
-    signature = inspect.signature(compile_model)
-
-    @functools.wraps(compile_model)
-    def compile_with_masters(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        optimizer = bound.arguments.get("optimizer", "rmsprop")
-        if optimizer is not None:
-            optimizer = keras.optimizers.get(optimizer)
-            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                scaling = {} if bound.arguments.get("auto_scale_loss", True) else {
-                    "loss_scale": None}
-                optimizer = MasterWeightOptimizer(optimizer, **scaling)
-            bound.arguments["optimizer"] = optimizer
-        return compile_model(*bound.args, **bound.kwargs)
-
-    internals.set_object_method(model, "compile", compile_with_masters)
+    _scope_hooks.adopt_constructed_layers(
+        state, MasterWeightOptimizer,
+        after_build=lambda state, layer: _jax_pairs.pair_pending(),
+        # fit's compiled step on JAX hands the masters in; torch's eager step reads them
+        adopt_model=_wrap_loss_step if keras.backend.backend() == "jax" else None)
 
 
 def _wrap_loss_step(model):

@@ -38,21 +38,15 @@ and halves the scale (Keras's ``LossScaleOptimizer`` constants; no lower or uppe
   optimizer does (``mixed_bfloat16``).
 """
 
-import math
-
 import keras
 import tensorflow as tf
 from keras import ops
 
 from tfinit import _backend
 from tfinit import _keras_internals as internals
-from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision import _pairs, _state, _variable
-
-INITIAL_SCALE = 2.0**15
-#: the dtypes ``state_dtype`` takes
-STATE_DTYPES = (MASTER_DTYPE, "bfloat16")
-GROWTH_STEPS = 2000
+from tfinit._precision import COMPUTE_DTYPES
+from tfinit.mixed_precision import _pairs, _variable
+from tfinit.mixed_precision._optimizer_core import AUTO, MasterWeightOptimizerBase
 
 
 def _map_values(grad, fn):
@@ -65,20 +59,8 @@ def _values(grad):
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
-_AUTO = "auto"
-
-
-def _resolved_scaling(compute_dtypes):
-    """The loss scaling ``"auto"`` means for models computing in ``compute_dtypes``."""
-    if "float16" in compute_dtypes:
-        return "dynamic"
-    if compute_dtypes:
-        return None  # bfloat16 only
-    return _AUTO
-
-
 @keras.saving.register_keras_serializable(package="tfinit")
-class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
+class MasterWeightOptimizer(MasterWeightOptimizerBase):
     """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables.
 
     Caffe2's MultiPrecisionSgd, for any Keras optimizer: each step casts the gradients of
@@ -91,10 +73,11 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     variable without a master is an error. The loss-scale algorithm is in this module's
     docstring.
 
-    Its shape: a plain subclass of ``LossScaleOptimizer`` that reuses the parent's
-    constructor, ``variables``, ``learning_rate`` and ``iterations``; it replaces ``build``
-    and ``apply`` (and has no stateless form), because its inner optimizer is built for and
-    updates the masters, not the variables it is handed.
+    Its shape: a subclass of ``LossScaleOptimizer`` (through the base class that Keras's JAX
+    and torch backends' ``MasterWeightOptimizer`` shares: arguments, config, loss-scale rules)
+    that reuses the parent's constructor, ``variables``, ``learning_rate`` and
+    ``iterations``; it replaces ``build`` and ``apply`` (and has no stateless form), because
+    its inner optimizer is built for and updates the masters, not the variables it is handed.
 
     Args:
         optimizer: the Keras 3 optimizer that updates the masters (its slots are fp32).
@@ -139,133 +122,35 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
     model.trainable_variables))``.
     """
 
-    def __init__(self, optimizer, loss_scale=_AUTO, name=None, state_dtype=None, **kwargs):
+    _STATE_AGGREGATION = "only_first_replica"  # the scale is shared by every replica
+
+    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None, **kwargs):
         _backend.tensorflow("tfinit.mixed_precision.MasterWeightOptimizer")
-        if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
-                "MasterWeightOptimizer: argument `optimizer` must be a Keras 3 optimizer "
-                "(keras.optimizers.Optimizer, e.g. keras.optimizers.SGD(...)). Received: "
-                f"optimizer={type(optimizer).__module__}.{type(optimizer).__name__}"
-            )
-        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-            raise ValueError(
-                "MasterWeightOptimizer does its own loss scaling: argument `optimizer` must "
-                "be the inner optimizer (configure scaling with `loss_scale=`). Received: "
-                f"optimizer={type(optimizer).__name__}"
-            )
-        if not (loss_scale is None or loss_scale in (_AUTO, "dynamic")
-                or (isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool)
-                    and math.isfinite(loss_scale) and loss_scale > 0)):
-            raise ValueError(
-                "MasterWeightOptimizer: argument `loss_scale` must be 'auto', 'dynamic', "
-                f"None or a finite positive number. Received: loss_scale={loss_scale!r}"
-            )
-        if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
-            raise ValueError(
-                "MasterWeightOptimizer: argument `state_dtype` must be None, 'float32' or "
-                f"'bfloat16'. Received: state_dtype={state_dtype!r}"
-            )
-        if kwargs:
-            raise ValueError(
-                f"MasterWeightOptimizer does not take {sorted(kwargs)}: set them on the "
-                "inner optimizer."
-            )
-        super().__init__(optimizer, initial_scale=INITIAL_SCALE,
-                         dynamic_growth_steps=GROWTH_STEPS, name=name)
-        self.loss_scale = loss_scale
-        self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
-        # What the step does, once known: "dynamic", a fixed float, or None.
-        self._scaling = loss_scale
-        if loss_scale == _AUTO:
-            state = _state.active()
-            if state is not None:
-                self._scaling = _resolved_scaling({state.spec.compute_dtype})
+        super().__init__(optimizer, loss_scale=loss_scale, name=name, state_dtype=state_dtype,
+                         **kwargs)
 
-    # -- loss scaling -----------------------------------------------------------------
-    def _resolve_scaling(self, pairs=None, commit=True):
-        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else the
-        paired variable a layer call read last in this thread (``fit`` scales the loss before
-        it builds the optimizer, right after the forward pass), else the scopes this process
-        has entered; ``"dynamic"`` when they disagree (always correct). ``commit=False``
-        answers what it would be now without fixing it (a read of ``dynamic``)."""
-        if self._scaling != _AUTO:
-            return self._scaling
-        candidates = []
-        if pairs:
-            candidates.append({pair.spec.compute_dtype for pair in pairs})
-        state = _state.active()
-        if state is not None:
-            candidates.append({state.spec.compute_dtype})
-        if _state.last_read() is not None:
-            candidates.append({_state.last_read()})
-        candidates.append(_state.compute_dtypes_used())
-        scaling = None  # no 16-bit variable anywhere: an fp32 model needs no scaling
-        for dtypes in candidates:
-            if _resolved_scaling(dtypes) != _AUTO:
-                scaling = _resolved_scaling(dtypes)
-                break
-        if commit:
-            self._scaling = scaling
-        return scaling
+    # -- the pairs, on TensorFlow ------------------------------------------------------
+    def _pair_of(self, variable):
+        return _pairs.pair_of(variable)
 
-    @property
-    def dynamic(self):
-        """Whether the loss scale is dynamic (``"auto"`` is fixed by the first step; reading
-        this before it does not fix it)."""
-        return self._resolve_scaling(commit=False) == "dynamic"
+    def _master_of(self, pair):
+        return _variable.master_variable(pair)
 
-    def _initial_scale(self):
-        scaling = self._resolve_scaling()
-        return INITIAL_SCALE if scaling == "dynamic" else float(scaling or 1.0)
+    def _own_dtype(self, variable):
+        return _pairs.backend_variable(variable).dtype
 
-    # -- building ---------------------------------------------------------------------
-    def _targets(self, variables):
-        """The variables the inner optimizer updates, and the pairs among them."""
-        targets, pairs = [], []
-        for variable in variables:
-            pair = _pairs.pair_of(variable)
-            if pair is not None:
-                targets.append(_variable.master_variable(pair))
-                pairs.append(pair)
-                continue
-            own_dtype = dtype_name(_pairs.backend_variable(variable).dtype)
-            if own_dtype in COMPUTE_DTYPES:
-                raise ValueError(
-                    f"MasterWeightOptimizer: variable {_pairs.variable_label(variable)!r} is "
-                    f"{own_dtype} and has no fp32 master, so its small updates would be lost. "
-                    "Construct its layer inside tfinit.mixed_precision.scope(...) (layers "
-                    "constructed there get masters whenever they build)."
-                )
-            targets.append(variable)
-        return targets, pairs
+    def _open_masters(self, pairs):
+        if internals.in_xla_compilation():
+            _pairs.keep_scratches(pairs)
+        _pairs.open_masters(pairs)
 
-    def build(self, var_list):
-        targets, pairs = self._targets(var_list)
-        self._resolve_scaling(pairs)
-        self.step_counter = self.add_variable(
-            shape=(), dtype="int", initializer="zeros", aggregation="only_first_replica",
-            name="step_counter")
-        self.dynamic_scale = self.add_variable(
-            shape=(), dtype="float32",
-            initializer=keras.initializers.Constant(self._initial_scale()),
-            aggregation="only_first_replica", name="dynamic_scale")
-        internals.carry_weight_decay_exclusions(
-            self.inner_optimizer,
-            [(v, t) for v, t in zip(var_list, targets) if v is not t])
-        if self.state_dtype not in (None, MASTER_DTYPE):
-            _variable.keep_state_in(self.inner_optimizer, self.state_dtype)
-        self.inner_optimizer.build(targets)
-        # Not LossScaleOptimizer.build: the inner optimizer is built for the masters above.
-        internals.build_optimizer_base(self, var_list)
+    def _close_masters(self, pairs):
+        _pairs.close_masters(pairs)
+
+    def _keep_state_in(self, dtype, pairs):
+        _variable.keep_state_in(self.inner_optimizer, dtype)
 
     # -- the step ---------------------------------------------------------------------
-    def scale_loss(self, loss):
-        """Multiply the loss by the current loss scale (call inside the gradient tape)."""
-        if self._resolve_scaling() is None:
-            return loss
-        scale = self.dynamic_scale if self.built else self._initial_scale()
-        return ops.multiply(loss, ops.cast(scale, keras.backend.standardize_dtype(loss.dtype)))
-
     def apply(self, grads, trainable_variables=None):
         if trainable_variables is None:
             if not self.built:
@@ -279,7 +164,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
             with tf.init_scope(), keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
-        targets, pairs = self._targets(trainable_variables)
+        targets, pairs = self._update_targets(trainable_variables)
         self._check_strategy(trainable_variables, targets)
         grads = self._unscale(grads, targets)
         if tf.distribute.in_cross_replica_context() and tf.distribute.has_strategy():
@@ -291,7 +176,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         elif internals.strategy_supports_no_merge_call():
             finite = self._all_replicas_finite(grads)
             ops.cond(finite, lambda: self._finite_step(grads, targets, pairs),
-                     self._non_finite_step)
+                     self._skip_step)
         else:
             def cross_replica(distribution, grads, targets):
                 per_replica = distribution.extended.call_for_each_replica(
@@ -303,7 +188,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
                     distribution.extended.call_for_each_replica(
                         self._finite_step, args=(grads, targets, pairs))
 
-                ops.cond(finite, finite_fn, self._non_finite_step)
+                ops.cond(finite, finite_fn, self._skip_step)
 
             tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, targets))
 
@@ -376,46 +261,7 @@ class MasterWeightOptimizer(keras.optimizers.LossScaleOptimizer):
         return finite
 
     def _finite_step(self, grads, targets, pairs):
-        if internals.in_xla_compilation():
-            _pairs.keep_scratches(pairs)
-        _pairs.open_masters(pairs)
+        self._open_masters(pairs)
         self.inner_optimizer.apply(grads, targets)
-        _pairs.close_masters(pairs)
-        if self.dynamic:
-            grow = ops.equal(self.step_counter, GROWTH_STEPS - 1)
-            self.dynamic_scale.assign(tf.where(grow, self.dynamic_scale * 2.0,
-                                               self.dynamic_scale))
-            self.step_counter.assign(tf.where(grow, tf.zeros_like(self.step_counter),
-                                              self.step_counter + 1))
-
-    def _non_finite_step(self):
-        if self.dynamic:
-            self.dynamic_scale.assign(self.dynamic_scale * 0.5)
-            self.step_counter.assign(tf.zeros_like(self.step_counter))
-
-    # -- delegation -------------------------------------------------------------------
-    def exclude_from_weight_decay(self, var_list=None, var_names=None):
-        """As Keras's, for the inner optimizer; paired variables map to their masters."""
-        targets = self._targets(var_list)[0] if var_list else None
-        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
-
-    def finalize_variable_values(self, var_list):
-        targets, pairs = self._targets(var_list)
-        _pairs.open_masters(pairs)
-        self.inner_optimizer.finalize_variable_values(targets)
-        _pairs.close_masters(pairs)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
-            "loss_scale": self.loss_scale,
-            "state_dtype": self.state_dtype,
-        }
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        inner = keras.saving.deserialize_keras_object(
-            config.pop("optimizer"), custom_objects=custom_objects)
-        return cls(inner, **config)
+        self._close_masters(pairs)
+        self._count_finite_step()

@@ -1,0 +1,263 @@
+"""What ``MasterWeightOptimizer`` is on every backend: its arguments, config, loss-scale rules.
+
+``MasterWeightOptimizerBase`` holds the contract both concrete classes share (TensorFlow's in
+``_optimizer``, the ``keras.Variable`` one of Keras's JAX and torch backends in
+``_jax_optimizer``): the constructor's checks, the constants of dynamic scaling, what
+``loss_scale="auto"`` resolves to and when, ``scale_loss``, the scale's growth and halving,
+``build`` (the inner optimizer built for the masters), weight-decay exclusions,
+``finalize_variable_values`` and the config. A concrete class supplies how its backend finds a
+variable's pair and master and how a step opens and closes them (the ``_pair_of`` ...
+``_built_for`` methods), and its own step (``apply``; ``stateless_apply`` on JAX). It is not
+registered for serialization: each backend's class is, under the one name
+``tfinit>MasterWeightOptimizer``, so a file loads on either. No TensorFlow, no JAX here.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from tfinit import _keras_internals as internals
+from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
+from tfinit.mixed_precision import _state
+
+#: Keras's ``LossScaleOptimizer`` constants: the first scale, finite steps between doublings
+INITIAL_SCALE = 2.0**15
+GROWTH_STEPS = 2000
+#: the dtypes ``state_dtype`` takes
+STATE_DTYPES = (MASTER_DTYPE, "bfloat16")
+AUTO = "auto"
+_WHO = "MasterWeightOptimizer"
+#: what the JAX class's config also held on Keras before 3.11 (its base optimizer's
+#: arguments): read back at these, Keras's defaults; another value is refused
+_BASE_DEFAULTS = {"weight_decay": None, "clipnorm": None, "global_clipnorm": None,
+                  "clipvalue": None, "use_ema": False, "ema_momentum": 0.99,
+                  "ema_overwrite_frequency": None, "loss_scale_factor": None,
+                  "gradient_accumulation_steps": None}
+
+
+def check_loss_scale(loss_scale):
+    """``loss_scale`` as the optimizer keeps it (a number as a float), or ValueError."""
+    if loss_scale is None or (isinstance(loss_scale, str) and loss_scale in (AUTO, "dynamic")):
+        return loss_scale
+    if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool) and \
+            math.isfinite(loss_scale) and loss_scale > 0:
+        return float(loss_scale)
+    raise ValueError(
+        f"{_WHO}: Argument `loss_scale` must be 'auto', 'dynamic', None or a finite positive "
+        f"number. Received: loss_scale={loss_scale!r}")
+
+
+def scaling_for(compute_dtypes):
+    """What ``"auto"`` means for models computing in ``compute_dtypes``: ``"dynamic"`` with
+    float16 among them, None for bfloat16 alone, still ``"auto"`` for none."""
+    if "float16" in compute_dtypes:
+        return "dynamic"
+    return None if compute_dtypes else AUTO
+
+
+def _check_optimizer(optimizer):
+    kind = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"{_WHO}: Argument `optimizer` must be a Keras 3 optimizer (keras.optimizers."
+            f"Optimizer, e.g. keras.optimizers.SGD(...)). Received: optimizer={optimizer!r:.80}"
+            f" of type {kind}")
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        raise ValueError(
+            f"{_WHO}: Argument `optimizer` must be the inner optimizer, not one that is "
+            f"already a loss-scale optimizer ({_WHO} scales the loss itself: configure it "
+            f"with `loss_scale=`). Received: optimizer of type {kind}")
+
+
+class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
+    """The backend-neutral part of ``MasterWeightOptimizer`` (see the module docstring)."""
+
+    #: how the scale and its counter aggregate across replicas (the backend's choice)
+    _STATE_AGGREGATION = "none"
+
+    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None, **kwargs):
+        _check_optimizer(optimizer)
+        loss_scale = check_loss_scale(loss_scale)
+        if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
+            raise ValueError(
+                f"{_WHO}: Argument `state_dtype` must be None, 'float32' or 'bfloat16'. "
+                f"Received: state_dtype={state_dtype!r}")
+        if kwargs:
+            raise ValueError(
+                f"{_WHO}: unexpected keyword arguments {sorted(kwargs)}: set them on the "
+                "inner optimizer (argument `optimizer`). Received: "
+                + ", ".join(f"{key}={value!r}" for key, value in sorted(kwargs.items())))
+        initial = loss_scale if isinstance(loss_scale, float) else INITIAL_SCALE
+        super().__init__(optimizer, initial_scale=initial,
+                         dynamic_growth_steps=GROWTH_STEPS, name=name)
+        self.loss_scale = loss_scale
+        self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
+        # What the step does, once known: "dynamic", a fixed float, or None.
+        self._scaling = loss_scale
+        if loss_scale == AUTO and _state.active() is not None:
+            self._scaling = scaling_for({_state.active().spec.compute_dtype})
+
+    # -- what a backend supplies -------------------------------------------------------
+    def _pair_of(self, variable):
+        """The pair of ``variable``, or None."""
+        raise NotImplementedError
+
+    def _master_of(self, pair):
+        """The variable the inner optimizer updates for ``pair``."""
+        raise NotImplementedError
+
+    def _own_dtype(self, variable):
+        """The dtype ``variable`` stores (an unpaired one)."""
+        raise NotImplementedError
+
+    def _open_masters(self, pairs):
+        """Before the inner optimizer runs on the masters of ``pairs``."""
+
+    def _close_masters(self, pairs):
+        """After it ran: the copies re-cast from the masters."""
+        raise NotImplementedError
+
+    def _keep_state_in(self, dtype, pairs):
+        """Make the inner optimizer keep its per-variable state of ``pairs`` in ``dtype``."""
+        raise NotImplementedError
+
+    def _built_for(self, var_list, targets, pairs):
+        """After ``build``: what the backend's step needs of the variables."""
+
+    # -- loss scaling ------------------------------------------------------------------
+    def _resolve_scaling(self, pairs=None, commit=True):
+        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else the
+        paired variable a layer call read last in this thread (``fit`` on TensorFlow scales the
+        loss before it builds the optimizer, right after the forward pass), else the scopes
+        this process has entered (no 16-bit variable at all: no scaling). ``commit=False``
+        answers what it would be now without fixing it (a read of ``dynamic``)."""
+        if self._scaling != AUTO:
+            return self._scaling
+        candidates = []
+        if pairs:
+            candidates.append({pair.spec.compute_dtype for pair in pairs})
+        if _state.active() is not None:
+            candidates.append({_state.active().spec.compute_dtype})
+        if _state.last_read() is not None:
+            candidates.append({_state.last_read()})
+        candidates.append(_state.compute_dtypes_used() & set(COMPUTE_DTYPES))
+        scaling = next((scaling_for(dtypes) for dtypes in candidates
+                        if scaling_for(dtypes) != AUTO), None)
+        if commit:
+            self._scaling = scaling
+        return scaling
+
+    @property
+    def dynamic(self):
+        """Whether the loss scale is dynamic (``"auto"`` is fixed by the first step; reading
+        this before it does not fix it)."""
+        return self._resolve_scaling(commit=False) == "dynamic"
+
+    def _initial_scale(self):
+        scaling = self._resolve_scaling()
+        return INITIAL_SCALE if scaling == "dynamic" else float(scaling or 1.0)
+
+    def scale_loss(self, loss):
+        """Multiply the loss by the current loss scale (call inside the gradient tape)."""
+        if self._resolve_scaling() is None:
+            return loss
+        scale = self.dynamic_scale if self.built else self._initial_scale()
+        if not hasattr(loss, "dtype"):
+            return ops.multiply(loss, scale)
+        return ops.multiply(loss, ops.cast(scale, keras.backend.standardize_dtype(loss.dtype)))
+
+    def _count_finite_step(self):
+        """Dynamic scaling after an applied step: count it; the 2000th in a row doubles the
+        scale."""
+        if self.dynamic:
+            scale, counter = self.dynamic_scale.value, self.step_counter.value
+            grow = ops.equal(counter, GROWTH_STEPS - 1)
+            self.dynamic_scale.assign(ops.where(grow, ops.multiply(scale, 2.0), scale))
+            self.step_counter.assign(ops.where(grow, ops.zeros_like(counter), counter + 1))
+
+    def _skip_step(self):
+        """Dynamic scaling after a skipped step (a non-finite gradient): halve the scale."""
+        if self.dynamic:
+            self.dynamic_scale.assign(ops.multiply(self.dynamic_scale.value, 0.5))
+            self.step_counter.assign(ops.zeros_like(self.step_counter.value))
+
+    # -- building ----------------------------------------------------------------------
+    def _update_targets(self, variables):
+        """The variables the inner optimizer updates for ``variables`` (a paired one: its
+        master), and the pairs among them; a 16-bit variable without a master is refused."""
+        targets, pairs = [], []
+        for variable in variables:
+            pair = self._pair_of(variable)
+            if pair is not None:
+                targets.append(self._master_of(pair))
+                pairs.append(pair)
+                continue
+            own_dtype = dtype_name(self._own_dtype(variable))
+            if own_dtype in COMPUTE_DTYPES:
+                label = getattr(variable, "path", None) or getattr(variable, "name", None)
+                raise ValueError(
+                    f"{_WHO}: variable {label or variable!r} is {own_dtype} and has no fp32 "
+                    "master, so its small updates would be lost. Construct its layer inside "
+                    "tfinit.mixed_precision.scope(...) (layers constructed there get masters "
+                    "whenever they build).")
+            targets.append(variable)
+        return targets, pairs
+
+    def build(self, var_list):
+        """Keras's ``LossScaleOptimizer.build``, except that the inner optimizer is built for
+        the masters (with the weight-decay exclusions of their variables carried over)."""
+        var_list = list(var_list)
+        targets, pairs = self._update_targets(var_list)
+        self._resolve_scaling(pairs)
+        self.step_counter = self.add_variable(
+            shape=(), dtype="int", initializer="zeros", aggregation=self._STATE_AGGREGATION,
+            name="step_counter")
+        self.dynamic_scale = self.add_variable(
+            shape=(), dtype=MASTER_DTYPE,
+            initializer=keras.initializers.Constant(self._initial_scale()),
+            aggregation=self._STATE_AGGREGATION, name="dynamic_scale")
+        # Exclusions set on the inner optimizer before it was wrapped name the layer's
+        # variables (pseudo_fp16: the copies); its updates go to the masters.
+        internals.carry_weight_decay_exclusions(
+            self.inner_optimizer, [(v, t) for v, t in zip(var_list, targets) if v is not t])
+        if self.state_dtype not in (None, MASTER_DTYPE):
+            self._keep_state_in(self.state_dtype, pairs)
+        self.inner_optimizer.build(targets)
+        internals.build_optimizer_base(self, var_list)
+        self._built_for(var_list, targets, pairs)
+
+    # -- delegation --------------------------------------------------------------------
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """As Keras's, for the inner optimizer; paired variables map to their masters (a
+        master has its layer variable's name and path, so ``var_names`` match alike)."""
+        targets = self._update_targets(var_list)[0] if var_list else None
+        self.inner_optimizer.exclude_from_weight_decay(var_list=targets, var_names=var_names)
+
+    def finalize_variable_values(self, var_list):
+        """As Keras's, on the masters (EMA's averages are set on them; copies re-cast)."""
+        targets, pairs = self._update_targets(var_list)
+        self._open_masters(pairs)
+        self.inner_optimizer.finalize_variable_values(targets)
+        self._close_masters(pairs)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+            "loss_scale": self.loss_scale,
+            "state_dtype": self.state_dtype,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """The optimizer of ``get_config``'s dict, also of one written before on either
+        backend (the JAX class wrote the inner optimizer under ``"inner_optimizer"``)."""
+        config = dict(config)
+        key = "optimizer" if "optimizer" in config else "inner_optimizer"
+        inner = keras.saving.deserialize_keras_object(config.pop(key),
+                                                      custom_objects=custom_objects)
+        for key, default in _BASE_DEFAULTS.items():
+            if key in config and config[key] == default:
+                del config[key]
+        return cls(inner, **config)
