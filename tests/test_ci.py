@@ -38,3 +38,13 @@ def test_the_modules_the_jax_pass_ran_by_name_are_still_selected():
               "caffe2_rng", "sources", "caffe2_netdef", "backend"]
     found = {path.stem: path for path in (REPO / "tests").rglob("test_*.py")}
     assert all(declares_backend_neutral(found[f"test_{m}"]) for m in listed)
+
+
+def test_the_torch_pass_runs_the_torch_tests_on_torch_with_tensorflow_blocked():
+    """The torch tests skip on any other backend: the pass checks its backend first."""
+    run = (REPO / ".ci" / "run").read_text()
+    command = re.search(r"^KERAS_BACKEND=torch TFINIT.*?\n(?:    .*\n)*", run, flags=re.M).group(0)
+    assert "TFINIT_TEST_WITHOUT_TENSORFLOW=1" in command
+    assert "tests/mixed_precision/test_mixed_precision_torch.py" in command
+    assert "assert keras.backend.backend() == 'torch'" in run
+    assert (REPO / ".ci" / "torch-version.txt").read_text().count("torch==") == 1

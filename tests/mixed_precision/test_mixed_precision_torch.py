@@ -1,7 +1,7 @@
 """tfinit.mixed_precision on Keras's torch backend (the JAX implementation, keras.Variable based).
 
-Runs when the Keras backend is torch (``KERAS_BACKEND=torch``, torch installed); CI installs
-no torch yet, so there every test here is skipped (docs/mixed-precision.md says so). The
+Runs when the Keras backend is torch (``KERAS_BACKEND=torch``, torch installed): CI's torch
+pass (``.ci/run``, torch pinned in ``.ci/torch-version.txt``); skipped on the other backends. The
 oracle: Keras's own ``mixed_*`` policies on torch, trained the same way, from the same fp32
 weights: the fp32 masters must come out bit-identical.
 """
