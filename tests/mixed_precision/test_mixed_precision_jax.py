@@ -119,6 +119,22 @@ def test_writes_reach_the_master_and_set_weights_is_lossless(mp, mode, dtype):
 
 
 @jax_only
+def test_scale_loss_before_the_first_step_scales_as_the_step_unscales(mp):
+    """A custom loop calls ``scale_loss`` before the optimizer is built: ``"auto"`` is fixed
+    there (float16 scope entered: dynamic), so the first step divides by the scale the loss was
+    multiplied by (it once left the loss unscaled and divided the gradients by 2**15)."""
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        dense = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")
+        dense.build((None, 2))
+    opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.5))  # "auto", outside the scope
+    scaled = opt.scale_loss(keras.ops.convert_to_tensor(1.0, "float32"))
+    assert float(keras.ops.convert_to_numpy(scaled)) == 2.0**15 and opt.dynamic
+    grad = np.full((2, 1), 0.25 * 2.0**15, np.float16)  # d(scaled loss)/d(kernel)
+    opt.apply([grad], [dense.kernel])
+    assert mp.get_master_weights(dense)[0].ravel().tolist() == [0.875, 0.875]  # 1 - 0.5 * 0.25
+
+
+@jax_only
 def test_compile_wraps_and_a_step_with_an_overflow_is_skipped(mp):
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
         model = keras.Sequential([keras.Input((2,)), L.Dense(1)])
