@@ -1,7 +1,7 @@
 """Helpers of the Keras parity matrix (tests/mixed_precision/test_keras_parity.py).
 
 The oracle: the same workflow under Keras's own ``mixed_<dtype>`` policy on the same Keras
-backend (TensorFlow or JAX), from the same fp32 weights, on the same data. ``twins`` builds
+backend (TensorFlow, JAX or torch), from the same fp32 weights, on the same data. ``twins`` builds
 both models; ``assert_bitwise`` compares tfinit's
 masters with Keras's fp32 weights bit for bit and reports the largest ulp difference.
 """
@@ -156,7 +156,16 @@ def assert_copies_synced(model):
     assert paired, "no paired variable in the model"
 
 
-def fit(model, optimizer, x, y, epochs=1, loss="mse", jit_compile="auto", callbacks=None):
+def fit(model, optimizer, x, y, epochs=1, loss="mse", jit_compile="auto", callbacks=None,
+        fresh_compile=False):
+    """``compile`` then ``fit``. ``fresh_compile`` (torch): dynamo's caches are cleared first,
+    so ``jit_compile=True`` compiles this model's step (dynamo stops compiling a code object
+    after ``recompile_limit`` recompilations, and every Keras layer shares ``Layer.__call__``:
+    late in a process a "compiled" fit would run eagerly)."""
+    if fresh_compile and keras.backend.backend() == "torch":
+        import torch
+
+        torch.compiler.reset()
     model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     return model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
                      callbacks=callbacks)
@@ -206,9 +215,12 @@ def fit_twins(ref, model, make_optimizer, x, y, key=None, **kwargs):
 
 def custom_loop(model, optimizer, x, y, jit_compile=False):
     """Keras 3's custom loop: ``scale_loss`` inside the tape, ``apply_gradients`` after (on
-    JAX: the stateless loop of Keras's JAX guide, ``stateless_apply`` under ``jax.jit``)."""
+    JAX: the stateless loop of Keras's JAX guide, ``stateless_apply`` under ``jax.jit``; on
+    torch: the eager step of Keras's torch trainer, ``backward`` then ``apply``)."""
     if keras.backend.backend() == "jax":
         return _jax_custom_loop(model, optimizer, x, y)
+    if keras.backend.backend() == "torch":
+        return _torch_custom_loop(model, optimizer, x, y)
     import tensorflow as tf
 
     variables = model.trainable_variables
@@ -262,4 +274,25 @@ def _jax_custom_loop(model, optimizer, x, y):
                                   optimizer.variables), state):
         for variable, value in zip(variables, values):
             variable.assign(value)
+    return losses
+
+
+def _torch_custom_loop(model, optimizer, x, y):
+    """The step of Keras's torch trainer (``TorchTrainer.train_step``), eager: the forward,
+    the module's gradients cleared, ``backward`` of the scaled loss, each trainable
+    variable's ``.value.grad`` applied under ``torch.no_grad``."""
+    import torch
+
+    variables = model.trainable_variables
+    losses = []
+    for start in range(0, len(x), BATCH):
+        xb = keras.ops.convert_to_tensor(x[start:start + BATCH])
+        yb = keras.ops.convert_to_tensor(y[start:start + BATCH])
+        pred = keras.ops.cast(model(xb, training=True), "float32")
+        model.zero_grad()
+        loss = keras.ops.mean(keras.ops.square(pred - yb))
+        optimizer.scale_loss(loss).backward()
+        with torch.no_grad():
+            optimizer.apply([v.value.grad for v in variables], variables)
+        losses.append(float(keras.ops.convert_to_numpy(loss)))
     return losses

@@ -147,6 +147,17 @@ class ReverseJaxPair(ReverseRoles, JaxPair):
                               name=variable.name + spec.other_suffix)
         return cls(variable, copy, spec)
 
+    def check_copy_matches_master(self):
+        """On torch, re-cast a copy its master left behind, else refuse as every pair does.
+
+        Keras's torch optimizers update a variable's tensor in place (no ``assign``), so a
+        plain optimizer training a reverse master leaves its copy stale. The layer reads the
+        master (Keras's per-read cast), so that master is what trained: the copy is re-made."""
+        if keras.backend.backend() == "torch":
+            self.refresh()
+            return
+        super().check_copy_matches_master()
+
 
 class SplitJaxPair(SplitRoles, JaxPair):
     """A pseudo_fp16 pair whose fp32 master is stored split (``master="split"``): ``param`` is
