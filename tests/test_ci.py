@@ -46,5 +46,6 @@ def test_the_torch_pass_runs_the_torch_tests_on_torch_with_tensorflow_blocked():
     command = re.search(r"^KERAS_BACKEND=torch TFINIT.*?\n(?:    .*\n)*", run, flags=re.M).group(0)
     assert "TFINIT_TEST_WITHOUT_TENSORFLOW=1" in command
     assert "tests/mixed_precision/test_mixed_precision_torch.py" in command
+    assert "tests/mixed_precision/test_keras_parity.py" in command
     assert "assert keras.backend.backend() == 'torch'" in run
     assert (REPO / ".ci" / "torch-version.txt").read_text().count("torch==") == 1
