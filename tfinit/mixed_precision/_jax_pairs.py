@@ -73,8 +73,9 @@ class JaxPair(PairRecord):
         Raises:
             ValueError: the copy was changed without its master.
         """
-        self.check_copy_matches_master()
-        return np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32)
+        master = np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32)
+        self.check_copy_matches_master(master)
+        return master
 
     def file_value(self):
         return self.master_array()
@@ -100,15 +101,14 @@ class JaxPair(PairRecord):
         """copy <- cast(master)."""
         raw_assign(self.copy, ops.cast(self.master.value, self.copy.dtype))
 
-    def check_copy_matches_master(self):
-        """Refuse a pair whose 16-bit copy was changed without its master.
+    def check_copy_matches_master(self, master):
+        """Refuse a pair whose 16-bit copy was changed without its ``master`` (numpy, read).
 
         Raises:
             ValueError: ``copy != cast(master)`` (a plain optimizer or an assign changed the
                 copy); using the master would silently drop that change.
         """
-        cast = np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32).astype(
-            _numpy_dtype(self.copy.dtype))
+        cast = master.astype(_numpy_dtype(self.copy.dtype))
         if cast.tobytes() != np.asarray(ops.convert_to_numpy(self.copy.value)).tobytes():
             raise ValueError(
                 f"Variable {self.param.path!r}: its 16-bit value was changed without its fp32 "
@@ -147,7 +147,7 @@ class ReverseJaxPair(ReverseRoles, JaxPair):
                               name=variable.name + spec.other_suffix)
         return cls(variable, copy, spec)
 
-    def check_copy_matches_master(self):
+    def check_copy_matches_master(self, master):
         """On torch, re-cast a copy its master left behind, else refuse as every pair does.
 
         Keras's torch optimizers update a variable's tensor in place (no ``assign``), so a
@@ -156,7 +156,7 @@ class ReverseJaxPair(ReverseRoles, JaxPair):
         if keras.backend.backend() == "torch":
             self.refresh()
             return
-        super().check_copy_matches_master()
+        super().check_copy_matches_master(master)
 
 
 class SplitJaxPair(SplitRoles, JaxPair):
@@ -207,7 +207,7 @@ class SplitJaxPair(SplitRoles, JaxPair):
     def refresh(self):
         """Nothing: the copy is the master's top half."""
 
-    def check_copy_matches_master(self):
+    def check_copy_matches_master(self, master):
         """Nothing to check: the copy is the master's top half."""
 
     def open_step(self):

@@ -72,8 +72,9 @@ class Pair(PairRecord):
             ValueError: the copy was changed without its master (see
                 :func:`check_copy_matches_master`).
         """
-        check_copy_matches_master(self)
-        return self.master_value().numpy()
+        master = self.master_value()
+        check_copy_matches_master(self, master)
+        return master.numpy()
 
     def assign_master(self, value):
         """Set the master to ``value`` (cast to float32) exactly and re-make the copy."""
@@ -159,8 +160,9 @@ class SplitPair(SplitRoles, Pair):
     def checkpoint_tensors(self, tf_var):
         if internals.in_saved_model_save():
             return internals.serialize_variable(tf_var)
-        check_copy_matches_master(self)
-        return {"VARIABLE_VALUE": self.master_value()}
+        master = self.master_value()
+        check_copy_matches_master(self, master)
+        return {"VARIABLE_VALUE": master}
 
     def restore_tensors(self, tensors):
         return self.assign_master(tensors["VARIABLE_VALUE"])
@@ -172,8 +174,9 @@ def make_pair(param, shape, blob_copy, *, name, spec):
     return kind(param, shape, blob_copy, name=name, spec=spec)
 
 
-def check_copy_matches_master(pair):
-    """Refuse to save a pair whose 16-bit copy was changed behind its master's back.
+def check_copy_matches_master(pair, master=None):
+    """Refuse to save a pair whose 16-bit copy was changed behind its master's back
+    (``master``: the pair's master value, when the caller has read it already).
 
     Raises:
         ValueError: ``copy != cast(master)`` (e.g. a plain Keras optimizer trained the copy);
@@ -181,7 +184,8 @@ def check_copy_matches_master(pair):
     """
     if not tf.executing_eagerly():
         return
-    cast = tf.cast(pair.master_value(), pair.copy.dtype).numpy()
+    master = pair.master_value() if master is None else master
+    cast = tf.cast(master, pair.copy.dtype).numpy()
     if cast.tobytes() != pair.copy.numpy().tobytes():
         raise ValueError(
             f"Variable {pair.name!r}: its 16-bit value was changed without its fp32 master "
