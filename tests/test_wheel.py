@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # builds and installs the wheel
 
 #: what a source tree holds that is not the package's source
 NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tfinit-demo"
+    ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tfinit-demo"
 )
 
 
