@@ -69,11 +69,13 @@ LAYERS = [
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            ["_layers", "_lstm", "_constants", "_learning_rate"],  # Keras layers for ops; LR
+            ["_layers", "_lstm", "_constants", "_learning_rate",
+             "_generic_layers"],  # Keras layers for ops; LR
             ["_shared"],  # one Keras weight for a blob several ops read
             ["_conv_form"],  # the layers of one Conv
-            ["_ops"],
+            ["_ops", "_generic_ops"],  # the op handlers: classification; generic
             ["_plan", "_recurrent"],
+            ["_spec"],  # one OpSpec per converted op type
             ["_keras", "_sequence"],  # weights into layers; batch-major sequences
             ["_to_keras"],
             ["_check"],
