@@ -146,3 +146,29 @@ def test_floor_on_matching_cases():
                 if not _op_types(CASES[name]) & PENDING and outcome(name)[0] == "ran"
                 and not mismatches(name)]
     assert len(matching) >= MIN_MATCHING, len(matching)
+
+
+def test_docs_status_tables_list_every_converted_op():
+    """docs/caffe2-ops.md's tables read from the per-op table: every generic or detection
+    op's row holds its ``OpSpec.doc`` and its rows kind; every other op has a row."""
+    from tfinit.caffe2._spec import SPECS
+
+    docs = (REPO / "docs" / "caffe2-ops.md").read_text()
+    rows = [line for line in docs.splitlines() if line.startswith("| ")]
+    for op_type, spec in SPECS.items():
+        if spec.family in ("generic", "detection"):
+            assert f"| {op_type} | {spec.doc} | {spec.rows} |" in docs, op_type
+        else:
+            assert any(re.match(rf"\| ([\w ]+, )*{op_type}\b", line) for line in rows), op_type
+
+
+def test_inspect_names_the_detection_ops_and_data_dependent_rows(capsys):
+    from tfinit.caffe2._cli import inspect
+
+    inspect(str(DATA / "e2e_d2_b1_predict_net.pb"))
+    printed = capsys.readouterr().out
+    assert "detection ops: GenerateProposals (#21, #27: " in printed
+    assert "RoIAlign (#29, #30, #47: " in printed
+    assert "data-dependent rows: #43 LengthsToSegmentIds" in printed
+    converts = not PENDING
+    assert ("convertible: yes" in printed) == converts

@@ -8,6 +8,8 @@ Caffe2 op rejects at run time raises here too (:func:`check_at_run`). The Caffe2
 are in docs/caffe2-ops.md.
 """
 
+import sys
+
 import keras
 import numpy as np
 
@@ -15,21 +17,19 @@ import numpy as np
 def check_at_run(ok, message):
     """Raise ``ValueError(message)`` when the boolean tensor ``ok`` is False.
 
-    Eager tensors (TensorFlow's eager ``__call__``, JAX and torch outside ``jit``) are
+    Eager tensors (a model's ``__call__`` on TensorFlow, JAX and torch outside ``jit``) are
     checked directly; inside a ``tf.function`` a ``tf.debugging.Assert`` raises
-    ``InvalidArgumentError`` with the message when the graph runs. A traced JAX value
-    cannot be checked (no run-time errors under ``jax.jit``): the layer's result is
-    Caffe2's only for valid indices there, as documented.
+    ``InvalidArgumentError`` with the message when the graph runs (TensorFlow is the
+    backend there, so it is loaded). A traced JAX value cannot be checked (no run-time
+    errors under ``jax.jit``): there the result is Caffe2's for valid inputs only, as
+    docs/caffe2-ops.md says.
     """
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        if not tf.executing_eagerly():
-            tf.debugging.Assert(ok, [message])
-            return
     try:
         value = keras.ops.convert_to_numpy(ok)
-    except Exception:  # a JAX tracer: no value while tracing
+    except Exception:  # a graph tensor or a tracer: no value yet
+        tf = sys.modules.get("tensorflow") if keras.backend.backend() == "tensorflow" else None
+        if tf is not None:
+            tf.debugging.Assert(ok, [message])
         return
     if not bool(np.all(value)):
         raise ValueError(message)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from tfinit.caffe2 import _generic_ops as generic
 from tfinit.caffe2 import _ops
+from tfinit.caffe2._plan import DETECTION_OPS
 from tfinit.caffe2._recurrent import lstm, param_slots
 
 STATIC, DATA_DEPENDENT = "static", "data-dependent"
@@ -184,3 +185,14 @@ def data_dependent(net):
     """``[(index, op type)]`` of the ops whose output rows depend on input values."""
     return [(k, op.type) for k, op in enumerate(net.ops)
             if op.type in SPECS and SPECS[op.type].rows == DATA_DEPENDENT]
+
+
+def detection_ops(net):
+    """``[(op type, [op indices], converted)]`` of the net's detection ops (``_plan``'s
+    DETECTION_OPS and any spec of the ``"detection"`` family), in order of first use."""
+    kinds = set(DETECTION_OPS) | {t for t, spec in SPECS.items() if spec.family == "detection"}
+    used = {}
+    for k, op in enumerate(net.ops):
+        if op.type in kinds:
+            used.setdefault(op.type, []).append(k)
+    return [(op_type, indices, op_type in SPECS) for op_type, indices in used.items()]
