@@ -29,7 +29,7 @@ import pytest
 from conftest import REPO
 from tfinit.caffe2 import converted_ops, to_keras
 
-DATA = REPO / "tests" / "caffe2" / "data" / "detcases" / "cases"
+DATA = REPO / "tests" / "caffe2" / "data" / "detcases"
 MANIFEST = json.loads((DATA / "cases.json").read_text())
 CASES = {case["name"]: case for case in MANIFEST["cases"]}
 TOLERANCE = 1e-4  # the README's: max|y - y_caffe2| <= 1e-4 * max(1, max|y_caffe2|)
