@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="the detection layers run on TensorFlow only")
 
 DATA = pathlib.Path(__file__).parent / "data" / "detcases"
-OPS = ("RoIAlign", "GenerateProposals", "BBoxTransform")  # the other two: next commit
+OPS = ("RoIAlign", "GenerateProposals", "BBoxTransform", "BoxWithNMSLimit",
+       "CollectAndDistributeFpnRpnProposals")
 
 
 def _cases():
@@ -149,4 +150,5 @@ def test_every_case_is_covered():
     counts = {}
     for case in CASES:
         counts[case["op"]] = counts.get(case["op"], 0) + 1
-    assert counts == {"RoIAlign": 21, "GenerateProposals": 20, "BBoxTransform": 19}
+    assert counts == {"RoIAlign": 21, "GenerateProposals": 20, "BBoxTransform": 19,
+                      "BoxWithNMSLimit": 20, "CollectAndDistributeFpnRpnProposals": 15}
