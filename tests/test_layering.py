@@ -30,7 +30,7 @@ LAYERS = [
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written
-    ["parameter_info", "sources", "_split_master", "caffe2._netdef"],
+    ["parameter_info", "sources", "_split_master", "caffe2._netdef", "caffe2._detection_args"],
     # where create_param tracks its variables; the fill operators (one package)
     [
         "_init_net",
@@ -69,8 +69,9 @@ LAYERS = [
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            ["_layers", "_lstm", "_constants", "_learning_rate",
-             "_generic_layers"],  # Keras layers for ops; LR
+            # Keras layers for ops (the detection ops' in _detection); LR
+            ["_layers", "_lstm", "_constants", "_learning_rate", "_detection",
+             "_generic_layers"],
             ["_shared"],  # one Keras weight for a blob several ops read
             ["_conv_form"],  # the layers of one Conv
             ["_ops", "_generic_ops"],  # the op handlers: classification; generic

@@ -1,0 +1,792 @@
+"""Caffe2's five detection operators as Keras layers, computing what Caffe2 1.8.1 computes.
+
+``Caffe2RoIAlign``, ``Caffe2GenerateProposals``, ``Caffe2BBoxTransform``,
+``Caffe2BoxWithNMSLimit`` and ``Caffe2CollectAndDistributeFpnRpnProposals`` take Caffe2's
+inputs in Caffe2's order and return Caffe2's outputs in Caffe2's order (a list when there are
+several), with two layout rules of the converter: 4-D feature maps are NHWC (RoIAlign's X and
+output, GenerateProposals' scores ``[N, H, W, A]`` and deltas ``[N, H, W, 4A]``, channel
+``a * 4 + k``), and the first axis of every input and output is free (rois, proposals and
+detections have data-dependent row counts). Their arguments are plain values, as
+``tfinit/caffe2/_detection_args.py`` reads them from an op.
+
+The outputs' row counts depend on the values, so the layers run on Keras's TensorFlow backend
+only (TensorFlow ops, ``tf.while_loop`` for the greedy NMS); constructing one on another
+backend raises ``ValueError``. The rules (legacy ``+1`` widths, clipping, adaptive sampling,
+NMS order and ties, soft-NMS rescoring, output order and dtypes) are stated on each class and
+were checked against the cases Caffe2 1.8.1 computed (``tests/caffe2/test_detection_ops.py``).
+
+Each layer is registered as ``"tfinit>ClassName"``.
+"""
+
+import math
+
+import keras
+import numpy as np
+
+from tfinit import _backend
+
+# Caffe2's utils::BBOX_XFORM_CLIP_DEFAULT, log(1000 / 16) in double, read as float
+BBOX_XFORM_CLIP = float(np.float32(math.log(1000.0 / 16.0)))
+
+
+def _tf(layer):
+    if _backend.name() != "tensorflow":
+        raise ValueError(f"{type(layer).__name__} needs Keras's TensorFlow backend: its outputs "
+                         f"have data-dependent row counts (proposals, detections), which the "
+                         f"static shapes of the {_backend.name()!r} backend cannot hold. Set "
+                         f"KERAS_BACKEND=tensorflow to convert detection nets.")
+    import tensorflow as tf
+
+    return tf
+
+
+def _f32(tf, value):
+    return tf.constant(np.float32(value))
+
+
+def _per_image(tf, count, fn, specs):
+    """Run ``fn(i)`` for each image ``i < count`` and concatenate each of its outputs along
+    axis 0 (``specs``: ``(dtype, element shape)`` of each output)."""
+    arrays = [tf.TensorArray(dtype, size=count, infer_shape=False, element_shape=shape)
+              for dtype, shape in specs]
+
+    def body(i, *arrays):
+        return (i + 1, *[a.write(i, v) for a, v in zip(arrays, fn(i))])
+
+    _, *arrays = tf.while_loop(lambda i, *_: i < count, body, (tf.constant(0), *arrays))
+    outs = []
+    for (dtype, shape), array in zip(specs, arrays):
+        empty = tf.zeros([0, *shape[1:]], dtype)
+        outs.append(tf.cond(count > 0, lambda a=array: a.concat(), lambda e=empty: e))
+    return outs
+
+
+def bbox_transform(tf, boxes, deltas, weights, plus_one):
+    """Caffe2's ``utils::bbox_transform`` (upright boxes): ``boxes`` ``[R, 4]`` moved by
+    ``deltas`` ``[R, 4]``; widths are ``x2 - x1 + plus_one``, dw/dh are capped at
+    ``BBOX_XFORM_CLIP`` before ``exp``, and ``plus_one`` is taken off x2/y2."""
+    one = _f32(tf, float(plus_one))
+    half = _f32(tf, 0.5)
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    widths = x2 - x1 + one
+    heights = y2 - y1 + one
+    ctr_x = x1 + half * widths
+    ctr_y = y1 + half * heights
+    dx, dy, dw, dh = tf.unstack(deltas, 4, axis=1)
+    wx, wy, ww, wh = (_f32(tf, w) for w in weights)
+    clip = _f32(tf, BBOX_XFORM_CLIP)
+    dx, dy = dx / wx, dy / wy
+    dw, dh = tf.minimum(dw / ww, clip), tf.minimum(dh / wh, clip)
+    pred_ctr_x = dx * widths + ctr_x
+    pred_ctr_y = dy * heights + ctr_y
+    pred_w = tf.exp(dw) * widths
+    pred_h = tf.exp(dh) * heights
+    return tf.stack([pred_ctr_x - half * pred_w, pred_ctr_y - half * pred_h,
+                     pred_ctr_x + half * pred_w - one, pred_ctr_y + half * pred_h - one], axis=1)
+
+
+def clip_boxes(tf, boxes, height, width, plus_one):
+    """Caffe2's ``utils::clip_boxes``: x into ``[0, width - plus_one]``, y into
+    ``[0, height - plus_one]`` (``height``/``width`` float32 scalars, already integers)."""
+    one = _f32(tf, float(plus_one))
+    x_max, y_max = width - one, height - one
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    zero = _f32(tf, 0.0)
+    return tf.stack([tf.maximum(tf.minimum(x1, x_max), zero),
+                     tf.maximum(tf.minimum(y1, y_max), zero),
+                     tf.maximum(tf.minimum(x2, x_max), zero),
+                     tf.maximum(tf.minimum(y2, y_max), zero)], axis=1)
+
+
+def _overlaps(tf, boxes, areas, i, plus_one):
+    """IoU of box ``i`` with every box, Caffe2's ``nms_cpu`` arithmetic (NaN for two empty
+    boxes: ``0 / 0``)."""
+    one = _f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    w = tf.maximum(tf.minimum(x2, x2[i]) - tf.maximum(x1, x1[i]) + one, 0.0)
+    h = tf.maximum(tf.minimum(y2, y2[i]) - tf.maximum(y1, y1[i]) + one, 0.0)
+    inter = w * h
+    return inter / (areas[i] + areas - inter)
+
+
+def _areas(tf, boxes, plus_one):
+    one = _f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    return (x2 - x1 + one) * (y2 - y1 + one)
+
+
+def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=None):
+    """Caffe2's ``nms_cpu`` over candidates in priority order, several classes at once.
+
+    ``boxes`` ``[K, 4]`` are sorted by class, then by score from high to low; ``alive``
+    ``[K]`` marks the candidates; ``classes`` ``[K]`` int32 in ``[0, num_classes)``. The
+    first alive candidate is kept, and every later one of its class whose IoU is not
+    ``<= thresh`` (so NaN suppresses) is dropped, until none is left or a class has
+    ``limit`` kept. Returns the kept mask ``[K]``.
+    """
+    k = tf.shape(boxes)[0]
+    index = tf.range(k)
+    areas = _areas(tf, boxes, plus_one)
+    thresh = _f32(tf, thresh)
+
+    def body(alive, kept, counts):
+        i = tf.argmax(tf.cast(alive, tf.int32), output_type=tf.int32)
+        same = tf.equal(classes, classes[i])
+        suppressed = same & tf.logical_not(_overlaps(tf, boxes, areas, i, plus_one) <= thresh)
+        alive = alive & tf.logical_not(suppressed) & tf.not_equal(index, i)
+        kept = kept | tf.equal(index, i)
+        counts = tf.tensor_scatter_nd_add(counts, [[classes[i]]], [1])
+        if limit is not None:
+            alive = alive & tf.logical_not(same & (counts[classes[i]] >= limit))
+        return alive, kept, counts
+
+    _, kept, _ = tf.while_loop(
+        lambda alive, *_: tf.reduce_any(alive), body,
+        (alive, tf.zeros([k], tf.bool), tf.zeros([num_classes], tf.int32)))
+    return kept
+
+
+def soft_nms(tf, boxes, scores, alive, classes, method, sigma, overlap_thresh, min_score,
+             plus_one):
+    """Caffe2's ``soft_nms_cpu`` per class (``method`` "linear" or "gaussian").
+
+    Candidates ``[K]`` are grouped by class (ascending). Within the lowest class with
+    candidates pending, the highest current score is kept (the first on ties); the others
+    of its class are rescored by ``1 - IoU`` where IoU ``> overlap_thresh`` (linear) or by
+    ``exp(-IoU^2 / sigma)`` (gaussian), and those falling under ``min_score`` are dropped.
+    Returns ``(kept indices in the order kept, the rescored scores [K])``.
+    """
+    k = tf.shape(boxes)[0]
+    index = tf.range(k)
+    areas = _areas(tf, boxes, plus_one)
+    overlap_thresh, min_score = _f32(tf, overlap_thresh), _f32(tf, min_score)
+
+    def body(pending, current, kept):
+        first = tf.argmax(tf.cast(pending, tf.int32), output_type=tf.int32)
+        group = pending & tf.equal(classes, classes[first])
+        masked = tf.where(group, current, tf.fill([k], -np.inf))
+        i = tf.argmax(masked, output_type=tf.int32)
+        ovr = _overlaps(tf, boxes, areas, i, plus_one)
+        if method == "linear":
+            weight = tf.where(ovr > overlap_thresh, 1.0 - ovr, tf.ones_like(ovr))
+        else:
+            ovr64 = tf.cast(ovr, tf.float64)
+            weight = tf.cast(tf.exp(-1.0 * ovr64 * ovr64 / float(np.float32(sigma))),
+                             tf.float32)
+        rest = group & tf.not_equal(index, i)
+        current = tf.where(rest, current * weight, current)
+        pending = (pending & tf.logical_not(group)) | (rest & (current >= min_score))
+        return pending, current, kept.write(kept.size(), i)
+
+    _, current, kept = tf.while_loop(
+        lambda pending, *_: tf.reduce_any(pending), body,
+        (alive, scores, tf.TensorArray(tf.int32, size=0, dynamic_size=True)))
+    return kept.stack(), current
+
+
+class _DetectionLayer(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._tf = _tf(self)
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2RoIAlign(_DetectionLayer):
+    """Caffe2's RoIAlign on an NHWC feature map.
+
+    For roi ``[b,] x1, y1, x2, y2`` (4 columns: image 0), the box is scaled by
+    ``spatial_scale`` and, with ``aligned``, shifted by -0.5; without ``aligned`` a width or
+    height under 1 becomes 1 (with ``aligned``, a negative one is an error, and a zero one
+    has no sample: its features are ``0 / 0 = NaN``, as in Caffe2). Each of the
+    ``pooled_h x pooled_w`` bins averages a grid of ``sampling_ratio`` x ``sampling_ratio``
+    points, or (``sampling_ratio <= 0``) ``ceil(roi_h / pooled_h)`` x
+    ``ceil(roi_w / pooled_w)`` points; each point is bilinear, 0 when it lies below -1 or
+    past H (W), clamped to the edge otherwise.
+
+    Args:
+        spatial_scale: the feature map's scale to the image (1 / stride).
+        pooled_h: output height.
+        pooled_w: output width.
+        sampling_ratio: points per bin and axis; <= 0: adaptive.
+        aligned: Detectron2's half-pixel shift (Caffe2's ``aligned``).
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on ``(X [N, H, W, C], rois [R, 4 or 5])``: ``[R, pooled_h, pooled_w, C]``.
+
+    Raises:
+        ValueError: on a backend other than TensorFlow; when run, a roi's batch index out of
+            ``[0, N)`` or a negative size with ``aligned`` (``InvalidArgumentError``).
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.arange(16, dtype="float32").reshape(1, 4, 4, 1)
+    >>> rois = np.array([[0, 0, 0, 2, 2]], "float32")
+    >>> Caffe2RoIAlign(1.0, 1, 1, 2, False)(x, rois).numpy().ravel()
+    array([5.], dtype=float32)
+    """
+
+    def __init__(self, spatial_scale=1.0, pooled_h=1, pooled_w=1, sampling_ratio=-1,
+                 aligned=False, **kwargs):
+        super().__init__(**kwargs)
+        self.spatial_scale = float(spatial_scale)
+        self.pooled_h, self.pooled_w = int(pooled_h), int(pooled_w)
+        self.sampling_ratio = int(sampling_ratio)
+        self.aligned = bool(aligned)
+
+    def get_config(self):
+        return {**super().get_config(), "spatial_scale": self.spatial_scale,
+                "pooled_h": self.pooled_h, "pooled_w": self.pooled_w,
+                "sampling_ratio": self.sampling_ratio, "aligned": self.aligned}
+
+    def compute_output_spec(self, x, rois):
+        return keras.KerasTensor((None, self.pooled_h, self.pooled_w, x.shape[-1]), "float32")
+
+    def _axis(self, start, size, bins, pooled, grid):
+        """One axis' samples ``[R, pooled, G]``: low/high index, their weights, the mask."""
+        tf = self._tf
+        g = tf.reduce_max(tf.concat([grid, [0]], 0))  # 0 when there are no rois
+        p = tf.cast(tf.range(pooled), tf.float32)[None, :, None]
+        s = tf.cast(tf.range(g), tf.float32)[None, None, :]
+        grid_f = tf.cast(grid, tf.float32)[:, None, None]
+        in_grid = tf.range(g)[None, None, :] < grid[:, None, None]
+        safe_grid = tf.where(grid_f > 0, grid_f, tf.ones_like(grid_f))
+        pos = (start[:, None, None] + p * bins[:, None, None]) + (
+            (s + 0.5) * bins[:, None, None]) / safe_grid
+        size_f = tf.cast(size, tf.float32)
+        valid = in_grid & tf.logical_not((pos < -1.0) | (pos > size_f))
+        pos = tf.where(pos <= 0.0, tf.zeros_like(pos), pos)
+        low = tf.cast(pos, tf.int32)
+        top = low >= size - 1
+        low = tf.where(top, size - 1, low)
+        high = tf.where(top, low, low + 1)
+        pos = tf.where(top, tf.cast(low, tf.float32), pos)
+        frac = pos - tf.cast(low, tf.float32)
+        valid_f = tf.cast(valid, tf.float32)
+        low = tf.where(valid, low, 0)
+        high = tf.where(valid, high, 0)
+        frac = tf.where(valid, frac, tf.zeros_like(frac))
+        return low, high, (1.0 - frac) * valid_f, frac * valid_f
+
+    def call(self, x, rois):
+        tf = self._tf
+        x = tf.convert_to_tensor(x, tf.float32)
+        rois = tf.convert_to_tensor(rois, tf.float32)
+        shape = tf.shape(x)
+        n, h, w, c = shape[0], shape[1], shape[2], shape[3]
+        if rois.shape[-1] == 5:
+            batch = tf.cast(rois[:, 0], tf.int32)
+            box = rois[:, 1:]
+        else:
+            batch = tf.zeros([tf.shape(rois)[0]], tf.int32)
+            box = rois
+        checks = [tf.debugging.assert_greater_equal(
+            batch, 0, message="RoIAlign: a roi's batch index is negative"),
+            tf.debugging.assert_less(
+            batch, n, message="RoIAlign: a roi's batch index is past the batch of X")]
+        scale = _f32(tf, self.spatial_scale)
+        offset = _f32(tf, 0.5 if self.aligned else 0.0)
+        x1, y1, x2, y2 = (box[:, k] * scale - offset for k in range(4))
+        roi_w, roi_h = x2 - x1, y2 - y1
+        if self.aligned:
+            checks.append(tf.debugging.assert_non_negative(
+                tf.minimum(roi_w, roi_h), message="RoIAlign (aligned=1): ROIs in ROIAlign do "
+                "not have non-negative size"))
+        else:
+            roi_w, roi_h = tf.maximum(roi_w, 1.0), tf.maximum(roi_h, 1.0)
+        bin_h = roi_h / float(self.pooled_h)
+        bin_w = roi_w / float(self.pooled_w)
+        if self.sampling_ratio > 0:
+            grid_h = tf.fill(tf.shape(bin_h), self.sampling_ratio)
+            grid_w = grid_h
+        else:
+            grid_h = tf.cast(tf.math.ceil(roi_h / float(self.pooled_h)), tf.int32)
+            grid_w = tf.cast(tf.math.ceil(roi_w / float(self.pooled_w)), tf.int32)
+        with tf.control_dependencies(checks):
+            ylo, yhi, wy_lo, wy_hi = self._axis(y1, h, bin_h, self.pooled_h, grid_h)
+            xlo, xhi, wx_lo, wx_hi = self._axis(x1, w, bin_w, self.pooled_w, grid_w)
+        flat = tf.reshape(x, [-1, c])
+        base = (batch * h * w)[:, None, None, None, None]
+        out = 0.0
+        for yi, wy in ((ylo, wy_lo), (yhi, wy_hi)):
+            for xi, wx in ((xlo, wx_lo), (xhi, wx_hi)):
+                index = base + yi[:, :, :, None, None] * w + xi[:, None, None, :, :]
+                weight = wy[:, :, :, None, None] * wx[:, None, None, :, :]
+                out += tf.gather(flat, index) * weight[..., None]
+        count = tf.cast(grid_h * grid_w, tf.float32)[:, None, None, None]
+        return tf.reduce_sum(out, axis=[2, 4]) / count
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2BBoxTransform(_DetectionLayer):
+    """Caffe2's BBoxTransform: rois moved by per-class deltas, clipped to the image.
+
+    Rows are processed as contiguous blocks, one per image, of the sizes the rois' batch
+    indices count (image i's block is the i-th, whatever the rows' indices say: Caffe2's rule,
+    ``055_BBoxTransform_interleaved_images``). In block i the rois are divided by
+    ``im_info[i, 2]``, moved (``bbox_transform``: ``weights``, ``legacy_plus_one`` widths,
+    dw/dh capped at log(1000/16)), clipped to ``int(h / scale + 0.5)`` x
+    ``int(w / scale + 0.5)`` and, with ``apply_scale``, multiplied back by the scale.
+
+    Args:
+        weights: ``(wx, wy, ww, wh)``, the deltas' divisors.
+        apply_scale: scale the boxes back to the input's scale.
+        legacy_plus_one: Detectron's ``+1`` widths and ``w - 1`` clipping.
+        num_outputs: 1 (``box_out``) or 2 (also ``roi_batch_splits``, float32 counts).
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on ``(rois [R, 4 or 5], deltas [R, 4K], im_info [N, 3])``: ``box_out``
+        ``[R, 4K]``, and ``roi_batch_splits`` ``[N]`` when ``num_outputs=2`` (a list).
+
+    Raises:
+        ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
+            a batch index out of ``[0, N)``, or 4-column rois with N > 1.
+    """
+
+    def __init__(self, weights=(1.0, 1.0, 1.0, 1.0), apply_scale=True, legacy_plus_one=True,
+                 num_outputs=1, **kwargs):
+        super().__init__(**kwargs)
+        self.delta_weights = tuple(float(v) for v in weights)
+        self.apply_scale = bool(apply_scale)
+        self.legacy_plus_one = bool(legacy_plus_one)
+        if num_outputs not in (1, 2):
+            raise ValueError(f"Argument `num_outputs` must be 1 or 2. Received: "
+                             f"num_outputs={num_outputs!r}")
+        self.num_outputs = int(num_outputs)
+
+    def get_config(self):
+        return {**super().get_config(), "weights": list(self.delta_weights),
+                "apply_scale": self.apply_scale, "legacy_plus_one": self.legacy_plus_one,
+                "num_outputs": self.num_outputs}
+
+    def compute_output_spec(self, rois, deltas, im_info):
+        boxes = keras.KerasTensor((None, deltas.shape[-1]), "float32")
+        if self.num_outputs == 1:
+            return boxes
+        return [boxes, keras.KerasTensor((None,), "float32")]
+
+    def call(self, rois, deltas, im_info):
+        tf = self._tf
+        rois = tf.convert_to_tensor(rois, tf.float32)
+        deltas = tf.convert_to_tensor(deltas, tf.float32)
+        im_info = tf.convert_to_tensor(im_info, tf.float32)
+        r = tf.shape(rois)[0]
+        batch = tf.shape(im_info)[0]
+        if rois.shape[-1] == 5:
+            ids = tf.cast(rois[:, 0], tf.int32)
+            box = rois[:, 1:]
+            checks = [tf.debugging.assert_greater_equal(
+                ids, 0, message="BBoxTransform: a roi's batch index is negative"),
+                tf.debugging.assert_less(
+                ids, batch, message="BBoxTransform: a roi's batch index is not below "
+                "im_info's rows (Caffe2: roi_batch_id < batch_size)")]
+        else:
+            ids = tf.zeros([r], tf.int32)
+            box = rois
+            checks = [tf.debugging.assert_equal(
+                batch, 1, message="BBoxTransform: 4-column rois take one image (Caffe2: "
+                "batch_size == 1)")]
+        with tf.control_dependencies(checks):
+            counts = tf.math.bincount(ids, minlength=batch, maxlength=batch, dtype=tf.int32)
+        # the i-th contiguous block of rows is image i's (Caffe2's rule, see the docstring)
+        block = tf.searchsorted(tf.cumsum(counts), tf.range(r), side="right")
+        info = tf.gather(im_info, block)
+        scale = info[:, 2]
+        img_h = tf.floor(info[:, 0] / scale + 0.5)
+        img_w = tf.floor(info[:, 1] / scale + 0.5)
+        after = scale if self.apply_scale else tf.ones_like(scale)
+        box = box / scale[:, None]
+        classes = deltas.shape[-1] // 4
+        out = []
+        for k in range(classes):
+            moved = bbox_transform(tf, box, deltas[:, 4 * k:4 * k + 4], self.delta_weights,
+                                   self.legacy_plus_one)
+            out.append(self._clip(moved, img_h, img_w) * after[:, None])
+        boxes = tf.concat(out, axis=1) if out else tf.zeros([r, 0], tf.float32)
+        if self.num_outputs == 1:
+            return boxes
+        return [boxes, tf.cast(counts, tf.float32)]
+
+    def _clip(self, boxes, height, width):
+        tf = self._tf
+        one = float(self.legacy_plus_one)
+        x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+        x_max, y_max = width - one, height - one
+        return tf.stack([tf.maximum(tf.minimum(v, m), 0.0) for v, m in
+                         ((x1, x_max), (y1, y_max), (x2, x_max), (y2, y_max))], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2GenerateProposals(_DetectionLayer):
+    """Caffe2's GenerateProposals (RPN proposals), per image.
+
+    The anchors are laid on every cell (shifted by ``(w, h) / spatial_scale``; order: H, W,
+    A), sorted by score (highest first; the first on ties), cut to ``pre_nms_topN`` when
+    ``0 < pre_nms_topN < H W A``, moved by the deltas (weights 1, ``legacy_plus_one``
+    widths), clipped to ``int(im_h)`` x ``int(im_w)``, filtered (width and height
+    ``>= min_size * im_scale``, centre inside the image: a box clipped to zero width at the
+    left or top edge is kept), then greedy NMS (IoU not ``<= nms_thresh`` suppresses) up to
+    ``post_nms_topN`` when it is positive.
+
+    Args:
+        anchors: ``[A, 4]`` nested list (Caffe2's init-net blob).
+        spatial_scale: 1 / the feature stride.
+        pre_nms_top_n, post_nms_top_n, nms_thresh, min_size, legacy_plus_one: Caffe2's
+            ``pre_nms_topN``, ``post_nms_topN``, ``nms_thresh``, ``min_size``,
+            ``legacy_plus_one``.
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on ``(scores [N, H, W, A], deltas [N, H, W, 4A], im_info [N, 3])``:
+        ``[rois [R, 5], rois_probs [R]]``, images in order.
+
+    Raises:
+        ValueError: anchors not ``[A, 4]``; a backend other than TensorFlow.
+    """
+
+    def __init__(self, anchors, spatial_scale=1.0 / 16.0, pre_nms_top_n=6000,
+                 post_nms_top_n=300, nms_thresh=0.7, min_size=16.0, legacy_plus_one=True,
+                 **kwargs):
+        super().__init__(**kwargs)
+        anchors_array = np.asarray(anchors, np.float32)
+        if anchors_array.ndim != 2 or anchors_array.shape[1] != 4:
+            raise ValueError(f"Argument `anchors` must be [A, 4] (x1, y1, x2, y2). Received: "
+                             f"shape {anchors_array.shape}")
+        self.anchors = anchors_array.tolist()
+        self.spatial_scale = float(spatial_scale)
+        self.pre_nms_top_n, self.post_nms_top_n = int(pre_nms_top_n), int(post_nms_top_n)
+        self.nms_thresh, self.min_size = float(nms_thresh), float(min_size)
+        self.legacy_plus_one = bool(legacy_plus_one)
+
+    def get_config(self):
+        return {**super().get_config(), "anchors": self.anchors,
+                "spatial_scale": self.spatial_scale, "pre_nms_top_n": self.pre_nms_top_n,
+                "post_nms_top_n": self.post_nms_top_n, "nms_thresh": self.nms_thresh,
+                "min_size": self.min_size, "legacy_plus_one": self.legacy_plus_one}
+
+    def compute_output_spec(self, scores, deltas, im_info):
+        return [keras.KerasTensor((None, 5), "float32"), keras.KerasTensor((None,), "float32")]
+
+    def call(self, scores, deltas, im_info):
+        tf = self._tf
+        scores = tf.convert_to_tensor(scores, tf.float32)
+        deltas = tf.convert_to_tensor(deltas, tf.float32)
+        im_info = tf.convert_to_tensor(im_info, tf.float32)
+        shape = tf.shape(scores)
+        height, width = shape[1], shape[2]
+        stride = _f32(tf, 1.0 / self.spatial_scale)
+        shift_x = tf.cast(tf.range(width), tf.float32) * stride
+        shift_y = tf.cast(tf.range(height), tf.float32) * stride
+        sy, sx = tf.meshgrid(shift_y, shift_x, indexing="ij")
+        shifts = tf.stack([sx, sy, sx, sy], axis=-1)[:, :, None, :]
+        anchors = tf.constant(np.asarray(self.anchors, np.float32))
+        all_anchors = tf.reshape(shifts + anchors[None, None], [-1, 4])
+
+        def one_image(i):
+            rois, probs = self._one_image(scores[i], deltas[i], im_info[i], all_anchors)
+            ids = tf.fill([tf.shape(rois)[0], 1], tf.cast(i, tf.float32))
+            return tf.concat([ids, rois], axis=1), probs
+
+        return _per_image(tf, shape[0], one_image,
+                          [(tf.float32, [None, 5]), (tf.float32, [None])])
+
+    def _one_image(self, scores, deltas, info, all_anchors):
+        tf = self._tf
+        scores = tf.reshape(scores, [-1])
+        deltas = tf.reshape(deltas, [-1, 4])
+        order = tf.argsort(scores, direction="DESCENDING", stable=True)
+        if self.pre_nms_top_n > 0:
+            order = order[:self.pre_nms_top_n]
+        scores = tf.gather(scores, order)
+        proposals = bbox_transform(tf, tf.gather(all_anchors, order), tf.gather(deltas, order),
+                                   (1.0, 1.0, 1.0, 1.0), self.legacy_plus_one)
+        # Caffe2 passes im_info's float height and width to clip_boxes' int parameters
+        proposals = clip_boxes(tf, proposals, tf.floor(info[0]), tf.floor(info[1]),
+                               self.legacy_plus_one)
+        one = _f32(tf, float(self.legacy_plus_one))
+        x1, y1, x2, y2 = tf.unstack(proposals, 4, axis=1)
+        ws, hs = x2 - x1 + one, y2 - y1 + one
+        min_size = _f32(tf, self.min_size) * info[2]
+        keep = ((ws >= min_size) & (hs >= min_size) & (x1 + ws / 2.0 < info[1])
+                & (y1 + hs / 2.0 < info[0]))
+        keep_index = tf.where(keep)[:, 0]
+        proposals = tf.gather(proposals, keep_index)
+        scores = tf.gather(scores, keep_index)
+        k = tf.shape(proposals)[0]
+        limit = self.post_nms_top_n if self.post_nms_top_n > 0 else None
+        kept = greedy_nms(tf, proposals, tf.ones([k], tf.bool), tf.zeros([k], tf.int32), 1,
+                          self.nms_thresh, self.legacy_plus_one, limit)
+        return tf.boolean_mask(proposals, kept), tf.boolean_mask(scores, kept)
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2BoxWithNMSLimit(_DetectionLayer):
+    """Caffe2's BoxWithNMSLimit: per-class NMS and the per-image detection limit.
+
+    Rows are read as contiguous blocks of ``batch_splits`` rows, one per image (without
+    ``batch_splits``: one image). In each image and each foreground class ``j`` (score column
+    ``j`` with ``input_boxes_include_bg_cls``, else ``j - 1``; box columns of class ``j``, or
+    the one box with ``cls_agnostic_bbox_reg``), the boxes scoring above ``score_thresh``
+    go through greedy NMS (highest score first; IoU with Caffe2's ``legacy_plus_one``
+    areas; not ``<= nms`` suppresses; at most ``detections_per_im`` per class) or soft-NMS
+    (``soft_nms_method`` "linear" or "gaussian": the others are rescored, those under
+    ``soft_nms_min_score_thres`` dropped; the output scores are the rescored ones). When the
+    image keeps more than ``detections_per_im`` (> 0), only that many highest scores across
+    classes stay. Output rows: by image, then class ascending, then score descending (not
+    sorted by score overall).
+
+    Args:
+        score_thresh, nms, detections_per_im, soft_nms_sigma, soft_nms_min_score_thres,
+            cls_agnostic_bbox_reg, input_boxes_include_bg_cls, output_classes_include_bg_cls,
+            legacy_plus_one: Caffe2's arguments of those names.
+        soft_nms_method: ``"none"`` (hard NMS), ``"linear"`` or ``"gaussian"``.
+        num_outputs: 3 (scores, boxes, classes), 4 (and batch_splits) or 6 (and keeps,
+            keeps_size).
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on ``(scores [R, K], boxes [R, 4 * box classes][, batch_splits [N]])``: a list
+        of ``scores [D]``, ``boxes [D, 4]``, ``classes [D]`` (float32; ``j``, or ``j - 1``
+        without ``output_classes_include_bg_cls``), ``batch_splits [N]`` (float32),
+        ``keeps [D]`` (int32 row indices within the image's block), ``keeps_size [N, K]``
+        (int32 per class, column 0 the background's 0).
+
+    Raises:
+        ValueError: a backend other than TensorFlow, a bad ``soft_nms_method`` or
+            ``num_outputs``; when run, ``batch_splits`` not summing to the rows
+            (``InvalidArgumentError``).
+    """
+
+    def __init__(self, score_thresh=0.05, nms=0.3, detections_per_im=100,
+                 soft_nms_method="none", soft_nms_sigma=0.5, soft_nms_min_score_thres=0.001,
+                 cls_agnostic_bbox_reg=False, input_boxes_include_bg_cls=True,
+                 output_classes_include_bg_cls=True, legacy_plus_one=True, num_outputs=3,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if soft_nms_method not in ("none", "linear", "gaussian"):
+            raise ValueError(f"Argument `soft_nms_method` must be 'none', 'linear' or "
+                             f"'gaussian'. Received: soft_nms_method={soft_nms_method!r}")
+        if num_outputs not in (3, 4, 6):
+            raise ValueError(f"Argument `num_outputs` must be 3, 4 or 6. Received: "
+                             f"num_outputs={num_outputs!r}")
+        self.score_thresh, self.nms = float(score_thresh), float(nms)
+        self.detections_per_im = int(detections_per_im)
+        self.soft_nms_method = soft_nms_method
+        self.soft_nms_sigma = float(soft_nms_sigma)
+        self.soft_nms_min_score_thres = float(soft_nms_min_score_thres)
+        self.cls_agnostic_bbox_reg = bool(cls_agnostic_bbox_reg)
+        self.input_boxes_include_bg_cls = bool(input_boxes_include_bg_cls)
+        self.output_classes_include_bg_cls = bool(output_classes_include_bg_cls)
+        self.legacy_plus_one = bool(legacy_plus_one)
+        self.num_outputs = int(num_outputs)
+
+    def get_config(self):
+        return {**super().get_config(), "score_thresh": self.score_thresh, "nms": self.nms,
+                "detections_per_im": self.detections_per_im,
+                "soft_nms_method": self.soft_nms_method,
+                "soft_nms_sigma": self.soft_nms_sigma,
+                "soft_nms_min_score_thres": self.soft_nms_min_score_thres,
+                "cls_agnostic_bbox_reg": self.cls_agnostic_bbox_reg,
+                "input_boxes_include_bg_cls": self.input_boxes_include_bg_cls,
+                "output_classes_include_bg_cls": self.output_classes_include_bg_cls,
+                "legacy_plus_one": self.legacy_plus_one, "num_outputs": self.num_outputs}
+
+    def compute_output_spec(self, scores, boxes, batch_splits=None):
+        specs = [keras.KerasTensor((None,), "float32"), keras.KerasTensor((None, 4), "float32"),
+                 keras.KerasTensor((None,), "float32"), keras.KerasTensor((None,), "float32"),
+                 keras.KerasTensor((None,), "int32"),
+                 keras.KerasTensor((None, scores.shape[-1]), "int32")]
+        return specs[:self.num_outputs]
+
+    def call(self, scores, boxes, batch_splits=None):
+        tf = self._tf
+        scores = tf.convert_to_tensor(scores, tf.float32)
+        boxes = tf.convert_to_tensor(boxes, tf.float32)
+        rows = tf.shape(scores)[0]
+        if batch_splits is None:
+            splits = rows[None]
+        else:
+            splits = tf.cast(tf.convert_to_tensor(batch_splits, tf.float32), tf.int32)
+            check = tf.debugging.assert_equal(
+                tf.reduce_sum(splits), rows, message="BoxWithNMSLimit: batch_splits must sum "
+                "to the rows of scores (Caffe2: batch_splits.sum() == N)")
+            with tf.control_dependencies([check]):
+                splits = tf.identity(splits)
+        starts = tf.cumsum(splits, exclusive=True)
+        num_classes = scores.shape[-1]
+
+        def one_image(b):
+            block = tf.range(starts[b], starts[b] + splits[b])
+            return self._one_image(tf.gather(scores, block), tf.gather(boxes, block),
+                                   num_classes)
+
+        out = _per_image(tf, tf.shape(splits)[0], one_image,
+                         [(tf.float32, [None]), (tf.float32, [None, 4]),
+                          (tf.float32, [None]), (tf.int32, [None]), (tf.int32, [None]),
+                          (tf.int32, [None, num_classes])])
+        scores_out, boxes_out, classes, keeps, counts, keeps_size = out
+        result = [scores_out, boxes_out, classes, tf.cast(counts, tf.float32), keeps,
+                  keeps_size]
+        return result[:self.num_outputs]
+
+    def _candidates(self, scores, boxes, num_classes):
+        """Every (class j >= 1, row) pair, class-major: score, box, class, row."""
+        tf = self._tf
+        rows = tf.shape(scores)[0]
+        start = 1 if self.input_boxes_include_bg_cls else 0
+        cand_scores, cand_boxes = [], []
+        for j in range(1, num_classes):
+            cand_scores.append(scores[:, j - 1 + start])
+            if self.cls_agnostic_bbox_reg:
+                box = 0
+            else:
+                box = j if self.input_boxes_include_bg_cls else j - 1
+            cand_boxes.append(boxes[:, 4 * box:4 * box + 4])
+        if not cand_scores:
+            return (tf.zeros([0]), tf.zeros([0, 4]), tf.zeros([0], tf.int32),
+                    tf.zeros([0], tf.int32))
+        classes = tf.repeat(tf.range(1, num_classes), rows)
+        row = tf.tile(tf.range(rows), [num_classes - 1])
+        return tf.concat(cand_scores, 0), tf.concat(cand_boxes, 0), classes, row
+
+    def _one_image(self, scores, boxes, num_classes):
+        tf = self._tf
+        cand_scores, cand_boxes, classes, row = self._candidates(scores, boxes, num_classes)
+        alive = cand_scores > _f32(tf, self.score_thresh)
+        if self.soft_nms_method == "none":
+            # class-major already; within a class, highest score first (stable)
+            rank = self._class_rank(cand_scores, classes, num_classes)
+            order = tf.argsort(rank, stable=True)
+            cand_scores, cand_boxes, classes, row, alive = (
+                tf.gather(v, order) for v in (cand_scores, cand_boxes, classes, row, alive))
+            limit = self.detections_per_im if self.detections_per_im > 0 else None
+            kept = greedy_nms(tf, cand_boxes, alive, classes, num_classes, self.nms,
+                              self.legacy_plus_one, limit)
+            kept = tf.cast(tf.where(kept)[:, 0], tf.int32)
+            final = cand_scores
+        else:
+            kept, final = soft_nms(tf, cand_boxes, cand_scores, alive, classes,
+                                   self.soft_nms_method, self.soft_nms_sigma, self.nms,
+                                   self.soft_nms_min_score_thres, self.legacy_plus_one)
+        kept_scores = tf.gather(final, kept)
+        if self.detections_per_im > 0:
+            # the detections_per_im highest scores across classes, in the same order
+            by_score = tf.argsort(kept_scores, direction="DESCENDING", stable=True)
+            rank = tf.math.invert_permutation(by_score)
+            kept = tf.boolean_mask(kept, rank < self.detections_per_im)
+            kept_scores = tf.gather(final, kept)
+        kept_classes = tf.gather(classes, kept)
+        label = tf.cast(kept_classes - (0 if self.output_classes_include_bg_cls else 1),
+                        tf.float32)
+        keeps_size = tf.math.bincount(kept_classes, minlength=num_classes,
+                                      maxlength=num_classes, dtype=tf.int32)
+        return (kept_scores, tf.gather(cand_boxes, kept), label, tf.gather(row, kept),
+                tf.shape(kept)[:1], keeps_size[None])
+
+    def _class_rank(self, scores, classes, num_classes):
+        """A sort key: class ascending, then score descending, then row (stable)."""
+        tf = self._tf
+        by_score = tf.argsort(scores, direction="DESCENDING", stable=True)
+        score_rank = tf.math.invert_permutation(by_score)
+        size = tf.shape(scores)[0]
+        return classes * size + score_rank
+
+
+@keras.saving.register_keras_serializable(package="tfinit")
+class Caffe2CollectAndDistributeFpnRpnProposals(_DetectionLayer):
+    """Caffe2's CollectAndDistributeFpnRpnProposals: the rpn levels' proposals merged, the
+    ``rpn_post_nms_topN`` best kept, and each given an FPN level.
+
+    The rois of every rpn level are concatenated (level order), sorted by score over the whole
+    batch (highest first; the first on ties) and cut to ``rpn_post_nms_topN``: the ``rois``
+    output. Each roi's level is ``floor(roi_canonical_level + log2(sqrt(area) /
+    roi_canonical_scale + 1e-6))`` (area with ``legacy_plus_one`` widths) clamped to
+    ``[roi_min_level, roi_max_level]``; each level's output holds its rois in ``rois`` order,
+    and ``rois_idx_restore`` (int32) is the permutation that takes the levels' rows,
+    concatenated, back to ``rois`` order (``rois == concat(levels)[rois_idx_restore]``).
+
+    Batch > 1: Caffe2 sorts across images, so the images' rois interleave, and BBoxTransform
+    and BoxWithNMSLimit after it read each image's rows as one contiguous block: at batch 2
+    Caffe2 reports detections under the wrong image (the ``e2e_d2_b2`` case). With
+    ``group_by_image=True`` the selected rois (the same set) are reordered by their batch
+    index, stably (within an image, score order stays), before the levels are assigned, so
+    each image's rows form one block downstream and every image's detections are its own.
+    This deviates from Caffe2's row order (and so from its misattributed detections); with
+    ``group_by_image=False`` (the default) the layer reproduces Caffe2 exactly. At batch 1
+    the two are the same.
+
+    Args:
+        roi_canonical_scale, roi_canonical_level, roi_min_level, roi_max_level,
+            rpn_min_level, rpn_max_level, legacy_plus_one: Caffe2's arguments.
+        rpn_post_nms_top_n: Caffe2's ``rpn_post_nms_topN``.
+        group_by_image: order the selected rois by image (see above).
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on a list ``[rois_l for each rpn level] + [scores_l for each rpn level]``
+        (rois ``[R_l, 5]``, scores ``[R_l]``): ``[rois, rois_fpn<min> ... rois_fpn<max>,
+        rois_idx_restore]``.
+
+    Raises:
+        ValueError: a backend other than TensorFlow, a wrong number of inputs; when run, a
+            roi of negative area (Caffe2: "Negative areas founds").
+    """
+
+    def __init__(self, roi_canonical_scale=224, roi_canonical_level=4, roi_min_level=2,
+                 roi_max_level=5, rpn_min_level=2, rpn_max_level=6, rpn_post_nms_top_n=2000,
+                 legacy_plus_one=True, group_by_image=False, **kwargs):
+        super().__init__(**kwargs)
+        self.roi_canonical_scale = int(roi_canonical_scale)
+        self.roi_canonical_level = int(roi_canonical_level)
+        self.roi_min_level, self.roi_max_level = int(roi_min_level), int(roi_max_level)
+        self.rpn_min_level, self.rpn_max_level = int(rpn_min_level), int(rpn_max_level)
+        self.rpn_post_nms_top_n = int(rpn_post_nms_top_n)
+        self.legacy_plus_one = bool(legacy_plus_one)
+        self.group_by_image = bool(group_by_image)
+
+    def get_config(self):
+        return {**super().get_config(), "roi_canonical_scale": self.roi_canonical_scale,
+                "roi_canonical_level": self.roi_canonical_level,
+                "roi_min_level": self.roi_min_level, "roi_max_level": self.roi_max_level,
+                "rpn_min_level": self.rpn_min_level, "rpn_max_level": self.rpn_max_level,
+                "rpn_post_nms_top_n": self.rpn_post_nms_top_n,
+                "legacy_plus_one": self.legacy_plus_one, "group_by_image": self.group_by_image}
+
+    def _levels(self):
+        return range(self.roi_min_level, self.roi_max_level + 1)
+
+    def compute_output_spec(self, inputs):
+        rois = [keras.KerasTensor((None, 5), "float32") for _ in range(len(self._levels()) + 1)]
+        return rois + [keras.KerasTensor((None,), "int32")]
+
+    def call(self, inputs):
+        tf = self._tf
+        levels = self.rpn_max_level - self.rpn_min_level + 1
+        if len(inputs) != 2 * levels:
+            raise ValueError(f"{type(self).__name__} takes 2 x {levels} inputs (rois then "
+                             f"scores of rpn levels {self.rpn_min_level}-{self.rpn_max_level})."
+                             f" Received: {len(inputs)}")
+        rois = tf.concat([tf.convert_to_tensor(v, tf.float32) for v in inputs[:levels]], 0)
+        scores = tf.concat([tf.convert_to_tensor(v, tf.float32) for v in inputs[levels:]], 0)
+        order = tf.argsort(scores, direction="DESCENDING", stable=True)
+        order = order[:max(self.rpn_post_nms_top_n, 0)]
+        rois = tf.gather(rois, order)
+        if self.group_by_image:
+            rois = tf.gather(rois, tf.argsort(rois[:, 0], stable=True))
+        one = _f32(tf, float(self.legacy_plus_one))
+        areas = (rois[:, 3] - rois[:, 1] + one) * (rois[:, 4] - rois[:, 2] + one)
+        check = tf.debugging.assert_non_negative(
+            areas, message="CollectAndDistributeFpnRpnProposals: a roi has a negative area "
+            "(Caffe2: 'Negative areas founds')")
+        with tf.control_dependencies([check]):
+            scale = tf.sqrt(areas) / _f32(tf, float(self.roi_canonical_scale))
+        log2 = tf.math.log(scale + _f32(tf, 1e-6)) / _f32(tf, math.log(2.0))
+        level = tf.floor(_f32(tf, float(self.roi_canonical_level)) + log2)
+        level = tf.clip_by_value(level, float(self.roi_min_level), float(self.roi_max_level))
+        level = tf.cast(level, tf.int32)
+        by_level = tf.argsort(level, stable=True)
+        restore = tf.math.invert_permutation(tf.cast(by_level, tf.int32))
+        outs = [tf.boolean_mask(rois, tf.equal(level, lvl)) for lvl in self._levels()]
+        return [rois, *outs, restore]
