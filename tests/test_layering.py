@@ -74,7 +74,8 @@ LAYERS = [
              "_generic_layers"],
             ["_shared"],  # one Keras weight for a blob several ops read
             ["_conv_form"],  # the layers of one Conv
-            ["_ops", "_generic_ops"],  # the op handlers: classification; generic
+            # the op handlers: classification; generic; detection
+            ["_ops", "_generic_ops", "_detection_ops"],
             ["_plan", "_recurrent"],
             ["_spec"],  # one OpSpec per converted op type
             ["_keras", "_sequence"],  # weights into layers; batch-major sequences

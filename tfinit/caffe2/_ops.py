@@ -59,6 +59,8 @@ class Builder:
         self.io_layout = layout  # the layout of the model's 4-D inputs and outputs
         self.shared = {}  # parameter read by several ops -> their indices (one weight)
         self.param_tensors = {}  # shared parameter -> its Caffe2Parameter's output
+        self.bbox_rois = set()  # blobs a BBoxTransform reads as rois
+        self.conv_layers = {}  # _shared.conv_key -> the Conv2D layer its Convs reuse
 
     def input_hint(self, received):
         """A hint for an image ``input_shape`` that looks given in the other layout."""

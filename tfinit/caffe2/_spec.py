@@ -14,6 +14,8 @@ checks unchanged.
 import dataclasses
 from collections.abc import Callable
 
+from tfinit.caffe2 import _detection_args as detection_args
+from tfinit.caffe2 import _detection_ops as detection
 from tfinit.caffe2 import _generic_ops as generic
 from tfinit.caffe2 import _ops
 from tfinit.caffe2._plan import DETECTION_OPS
@@ -172,19 +174,46 @@ _GENERIC = (
     _generic("CopyCPUToGPU", generic.identity, "identity", inputs=(1, 1), outputs=(1, 1)),
 )
 
+
+def _detection(op_type, build, doc, reader, **fields):
+    return OpSpec(op_type, build, "detection", doc,
+                  checks=detection.static_checks(reader), **fields)
+
+
+_DETECTION = (
+    _detection("RoIAlign", detection.roi_align,
+               "bilinear average of sampling_ratio^2 points per bin (<= 0: ceil(roi / pooled))",
+               detection_args.roi_align_args, inputs=(2, 2), outputs=(1, 1)),
+    _detection("GenerateProposals", detection.generate_proposals,
+               "anchors + deltas, clipped, min_size, pre/post-NMS top N, NMS per image",
+               detection_args.generate_proposals_args, params=_from(3), rows=DATA_DEPENDENT),
+    _detection("BBoxTransform", detection.bbox_transform,
+               "deltas / weights applied to rois, dw/dh clipped, boxes clipped per image",
+               detection_args.bbox_transform_args, inputs=(3, 3), outputs=(1, 2)),
+    _detection("BoxWithNMSLimit", detection.box_with_nms_limit,
+               "per class: score_thresh, NMS or soft-NMS; top detections_per_im per image",
+               detection_args.box_with_nms_limit_args, rows=DATA_DEPENDENT),
+    _detection("CollectAndDistributeFpnRpnProposals", detection.collect_and_distribute,
+               "top rpn_post_nms_topN rois by score, one FPN level each by sqrt(area)",
+               detection_args.collect_and_distribute_args, rows=DATA_DEPENDENT),
+)
+
 SPECS = {
     **{op_type: _classification(op_type) for op_type in _ops.HANDLERS},
     "RecurrentNetwork": OpSpec(
         "RecurrentNetwork", lstm, "recurrent", "an LSTM step net (keras.layers.LSTM)",
         params=lambda op, params, written: param_slots(op)),
     **{spec.op_type: spec for spec in _GENERIC},
+    **{spec.op_type: spec for spec in _DETECTION},
 }
+bbox_rois = detection.bbox_rois
 
 
 def data_dependent(net):
-    """``[(index, op type)]`` of the ops whose output rows depend on input values."""
-    return [(k, op.type) for k, op in enumerate(net.ops)
-            if op.type in SPECS and SPECS[op.type].rows == DATA_DEPENDENT]
+    """``[(index, op type)]`` of the ops that need dynamic shapes: their output rows depend
+    on input values, or they are detection ops (whose layers run on TensorFlow only)."""
+    return [(k, op.type) for k, op in enumerate(net.ops) if op.type in SPECS and (
+        SPECS[op.type].rows == DATA_DEPENDENT or SPECS[op.type].family == "detection")]
 
 
 def detection_ops(net):

@@ -18,7 +18,7 @@ from tfinit.caffe2._netdef import read_netdef
 from tfinit.caffe2._progress import Progress, check_verbose
 from tfinit.caffe2._recurrent import lengths_input
 from tfinit.caffe2._sequence import LENGTHS, SEQUENCE, STATE
-from tfinit.caffe2._shared import shared_blobs
+from tfinit.caffe2._shared import repeated_convs, shared_blobs
 
 _SPECS = _spec.SPECS  # one OpSpec per converted op type
 _FORMATS = {"channels_first": _ops.NCHW, "channels_last": _ops.NHWC}
@@ -307,9 +307,11 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
     shapes = _input_shapes(input_shape, data, roles)
     b = _ops.Builder(params, layout, limit)
     b.input_roles, b.roles, b.reserved = roles, {}, set()
-    b.shared = shared_blobs(net, params, _param_slots)  # one weight for each (_shared)
+    b.shared = shared_blobs(net, params, _param_slots,  # one weight for each (_shared)
+                            repeats=repeated_convs(net))
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
+    b.bbox_rois = _spec.bbox_rois(net)  # Collect's rois grouped by image (_detection_ops)
     b.input_shapes = shapes
     b.inputs = []
     for blob in data:
@@ -332,13 +334,15 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
 
 def _check_backend(net):
     """JAX compiles with static shapes: a net whose outputs' row counts depend on input
-    values (proposals, detections) is refused there (docs/caffe2-import.md)."""
+    values (proposals, detections), or with a detection op, converts on TensorFlow only
+    (docs/caffe2-ops.md)."""
     dependent = _spec.data_dependent(net)
-    if dependent and keras.backend.backend() == "jax":
+    if dependent and keras.backend.backend() != "tensorflow":
         ops = ", ".join(f"#{k} {op_type}" for k, op_type in dependent)
         raise ValueError(f"to_keras: the net has ops whose output rows depend on the input "
-                         f"values ({ops}); the JAX backend needs static shapes, so such "
-                         f"nets convert on the TensorFlow (or torch) backend only.")
+                         f"values ({ops}); the {keras.backend.backend()} backend needs static "
+                         f"shapes, so such nets convert on the TensorFlow backend only "
+                         f"(KERAS_BACKEND=tensorflow).")
 
 
 def _model(b, name, results):
