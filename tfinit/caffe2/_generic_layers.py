@@ -55,7 +55,7 @@ class Caffe2AffineChannel(keras.layers.Layer):
 
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2AffineChannel
     >>> layer = Caffe2AffineChannel(2, axis=1)
     >>> layer.build((None, 2))
@@ -115,7 +115,7 @@ class Caffe2ResizeNearest(keras.layers.Layer):
 
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2ResizeNearest
     >>> x = np.arange(2, dtype="float32").reshape(1, 1, 2, 1)
     >>> y = Caffe2ResizeNearest([0], [0, 0, 1, 1])(x)
@@ -157,7 +157,7 @@ class Caffe2TopK(keras.layers.Layer):
 
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2TopK
     >>> values, indices = Caffe2TopK(3, axis=1)(np.array([[1.0, 5.0]], "float32"))
     >>> keras.ops.convert_to_numpy(values).tolist(), keras.ops.convert_to_numpy(indices).tolist()
@@ -237,7 +237,7 @@ class Caffe2Gather(keras.layers.Layer):
 
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2Gather
     >>> data = np.array([[1.0], [2.0], [3.0]], "float32")
     >>> y = Caffe2Gather(axis=0)([data, np.array([-1, 0], "int32")])
@@ -286,12 +286,15 @@ class Caffe2BatchPermutation(keras.layers.Layer):
     ``indices`` must hold one index per row of ``x``, each in ``[0, rows)`` (checked when
     the layer runs: Caffe2 rejects the first and reads undefined memory for the second).
 
+    Args:
+        **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+
     Returns:
         Called on ``[x, indices]``: ``x`` with its rows permuted.
 
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2BatchPermutation
     >>> x = np.array([[1.0], [2.0]], "float32")
     >>> y = Caffe2BatchPermutation()([x, np.array([1, 0], "int32")])
@@ -319,9 +322,15 @@ class Caffe2LengthsToSegmentIds(keras.layers.Layer):
     """Caffe2's LengthsToSegmentIds: ``[2, 1]`` -> ``[0, 0, 1]`` (int32); the output's
     length is the sum of the lengths, known only at run time.
 
+    Args:
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on lengths ``[N]``: the segment ids ``[sum(lengths)]``, int32.
+
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2LengthsToSegmentIds
     >>> y = Caffe2LengthsToSegmentIds()(np.array([2, 1], "int32"))
     >>> keras.ops.convert_to_numpy(y).tolist()
@@ -344,9 +353,16 @@ class Caffe2Cast(keras.layers.Layer):
     """Caffe2's Cast: ``keras.ops.cast`` to ``to`` (a float to an int toward zero, as
     C++'s ``static_cast``).
 
+    Args:
+        to: the Keras dtype name (``"int32"``, ``"float32"``, ...).
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on ``x``: ``x`` cast to ``to``.
+
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2Cast
     >>> keras.ops.convert_to_numpy(Caffe2Cast("int32")(np.array([1.7, -1.7]))).tolist()
     [1, -1]
@@ -371,9 +387,15 @@ class Caffe2RowConcat(keras.layers.Layer):
     """Caffe2's Concat on axis 0 (rois, detections: blobs whose first axis is a count
     known at run time) and its ``split_info``, the rows each input gave (int32).
 
+    Args:
+        **kwargs: base ``keras.layers.Layer`` arguments.
+
+    Returns:
+        Called on a list of tensors with the same shape past axis 0: ``[rows, split_info]``.
+
     Example:
 
-    >>> import numpy as np
+    >>> import keras, numpy as np
     >>> from tfinit.caffe2 import Caffe2RowConcat
     >>> y, info = Caffe2RowConcat()([np.ones((2, 3), "float32"), np.ones((1, 3), "float32")])
     >>> tuple(y.shape), keras.ops.convert_to_numpy(info).tolist()
