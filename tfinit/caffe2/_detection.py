@@ -132,7 +132,10 @@ def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=N
     def body(alive, kept, counts):
         i = tf.argmax(tf.cast(alive, tf.int32), output_type=tf.int32)
         same = tf.equal(classes, classes[i])
-        suppressed = same & tf.logical_not(_overlaps(tf, boxes, areas, i, plus_one) <= thresh)
+        ovr = _overlaps(tf, boxes, areas, i, plus_one)
+        # Caffe2 keeps `ovr <= thresh`: NaN suppresses. Spelled without logical_not, which
+        # TensorFlow's graph optimizer may fold into `ovr > thresh` (NaN kept).
+        suppressed = same & ((ovr > thresh) | tf.math.is_nan(ovr))
         alive = alive & tf.logical_not(suppressed) & tf.not_equal(index, i)
         kept = kept | tf.equal(index, i)
         counts = tf.tensor_scatter_nd_add(counts, [[classes[i]]], [1])
@@ -187,7 +190,14 @@ def soft_nms(tf, boxes, scores, alive, classes, method, sigma, overlap_thresh, m
 class _DetectionLayer(keras.layers.Layer):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._tf = _tf(self)
+        _tf(self)  # refuses another backend here, at construction
+
+    @property
+    def _tf(self):
+        # not stored on the layer: Keras and tf.function would track the module
+        import tensorflow as tf
+
+        return tf
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -246,7 +256,9 @@ class Caffe2RoIAlign(_DetectionLayer):
     def _axis(self, start, size, bins, pooled, grid):
         """One axis' samples ``[R, pooled, G]``: low/high index, their weights, the mask."""
         tf = self._tf
-        g = tf.reduce_max(tf.concat([grid, [0]], 0))  # 0 when there are no rois
+        # at least 1 (masked when a roi has none): TensorFlow's graph kernels can fault on
+        # the zero-size axes a 0 would make
+        g = tf.reduce_max(tf.concat([grid, [1]], 0))
         p = tf.cast(tf.range(pooled), tf.float32)[None, :, None]
         s = tf.cast(tf.range(g), tf.float32)[None, None, :]
         grid_f = tf.cast(grid, tf.float32)[:, None, None]
@@ -273,6 +285,11 @@ class Caffe2RoIAlign(_DetectionLayer):
         tf = self._tf
         x = tf.convert_to_tensor(x, tf.float32)
         rois = tf.convert_to_tensor(rois, tf.float32)
+        empty = tf.zeros([0, self.pooled_h, self.pooled_w, tf.shape(x)[3]], tf.float32)
+        return tf.cond(tf.shape(rois)[0] > 0, lambda: self._pool(x, rois), lambda: empty)
+
+    def _pool(self, x, rois):
+        tf = self._tf
         shape = tf.shape(x)
         n, h, w, c = shape[0], shape[1], shape[2], shape[3]
         if rois.shape[-1] == 5:
