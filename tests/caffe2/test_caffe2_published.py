@@ -220,7 +220,7 @@ def test_one_refusal_lists_every_unsupported_op_and_feature_before_building():
     assert message.startswith("to_keras: unsupported Caffe2 op(s) and op feature(s) in 14 of "
                               "the net's ops: ")
     assert "; ".join(REFUSED) in message
-    assert "Supported op types: Add, AveragePool" in message
+    assert "Supported op types: Add, AffineChannel, AliasWithName, AveragePool" in message
 
 
 def test_inspect_prints_the_same_list(tmp_path, capsys):
