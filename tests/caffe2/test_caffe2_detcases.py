@@ -240,3 +240,20 @@ def test_batch_of_two_matches_caffe2_run_on_rois_grouped_by_image():
         assert y.shape == want.shape, blob
         scale = max(1.0, float(np.abs(want).max(initial=0.0)))
         np.testing.assert_allclose(y, want, rtol=0, atol=TOLERANCE * scale, err_msg=blob)
+
+
+@pytest.mark.slow  # converts and runs a 56-op net blob by blob (about 4 s on 2 cores)
+@pytest.mark.skipif(bool(PENDING), reason="needs the detection ops")
+def test_check_forward_matches_every_blob_of_the_detectron2_net():
+    """Every blob Caffe2 wrote (proposals, rois per level, features, detections, masks:
+    61 blobs), not only the external outputs, through check_forward."""
+    from tfinit.caffe2 import check_forward
+
+    name = "e2e_d2_b1"
+    report = check_forward(DATA / f"{name}_predict_net.pb", DATA / f"{name}_init_net.pb",
+                           DATA / f"{name}.npz")
+    assert report.ok, str(report)
+    checked = {check.blob for check in report.blobs}
+    assert {"rpn_rois_fpn2", "rois_fpn3", "rois_idx_restore_int32", "pred_bbox",
+            "mask_rois", "mask_fcn_probs"} <= checked
+    assert len(checked) >= 60
