@@ -116,32 +116,43 @@ def _areas(tf, boxes, plus_one):
 
 
 def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=None):
-    """Caffe2's ``nms_cpu`` over candidates in priority order, several classes at once.
+    """Caffe2's ``nms_cpu`` over candidates in priority order, every class at once.
 
     ``boxes`` ``[K, 4]`` are sorted by class, then by score from high to low; ``alive``
-    ``[K]`` marks the candidates; ``classes`` ``[K]`` int32 in ``[0, num_classes)``. The
-    first alive candidate is kept, and every later one of its class whose IoU is not
-    ``<= thresh`` (so NaN suppresses) is dropped, until none is left or a class has
-    ``limit`` kept. Returns the kept mask ``[K]``.
+    ``[K]`` marks the candidates; ``classes`` ``[K]`` int32 in ``[0, num_classes)``. Per
+    class, the first alive candidate is kept, and every later one of its class whose IoU
+    with it is not ``<= thresh`` (so NaN suppresses) is dropped, until none is left or the
+    class has ``limit`` kept. The classes are independent, so each step of the loop keeps
+    one candidate of every class that has one left (the steps are the most any class
+    keeps, not the total). Returns the kept mask ``[K]``.
     """
     k = tf.shape(boxes)[0]
     index = tf.range(k)
     areas = _areas(tf, boxes, plus_one)
     thresh = _f32(tf, thresh)
+    one = _f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
 
     def body(alive, kept, counts):
-        i = tf.argmax(tf.cast(alive, tf.int32), output_type=tf.int32)
-        same = tf.equal(classes, classes[i])
-        ovr = _overlaps(tf, boxes, areas, i, plus_one)
+        first = tf.math.unsorted_segment_min(tf.where(alive, index, k), classes, num_classes)
+        has = first < k
+        pick = tf.minimum(first, tf.maximum(k - 1, 0))
+        own = tf.gather(pick, classes)  # each candidate's class's kept box
+        is_pick = alive & tf.equal(index, own)
+        w = tf.maximum(tf.minimum(x2, tf.gather(x2, own)) - tf.maximum(x1, tf.gather(x1, own))
+                       + one, 0.0)
+        h = tf.maximum(tf.minimum(y2, tf.gather(y2, own)) - tf.maximum(y1, tf.gather(y1, own))
+                       + one, 0.0)
+        inter = w * h
+        ovr = inter / (tf.gather(areas, own) + areas - inter)
         # Caffe2 keeps `ovr <= thresh`: NaN suppresses. Spelled without logical_not, which
         # TensorFlow's graph optimizer may fold into `ovr > thresh` (NaN kept).
-        suppressed = same & ((ovr > thresh) | tf.math.is_nan(ovr))
-        alive = alive & tf.logical_not(suppressed) & tf.not_equal(index, i)
-        kept = kept | tf.equal(index, i)
-        counts = tf.tensor_scatter_nd_add(counts, [[classes[i]]], [1])
+        suppressed = (ovr > thresh) | tf.math.is_nan(ovr)
+        alive = alive & tf.logical_not(suppressed | is_pick)
+        counts = counts + tf.cast(has, tf.int32)
         if limit is not None:
-            alive = alive & tf.logical_not(same & (counts[classes[i]] >= limit))
-        return alive, kept, counts
+            alive = alive & (tf.gather(counts, classes) < limit)
+        return alive, kept | is_pick, counts
 
     _, kept, _ = tf.while_loop(
         lambda alive, *_: tf.reduce_any(alive), body,
@@ -670,8 +681,11 @@ class Caffe2BoxWithNMSLimit(_DetectionLayer):
 
     def _one_image(self, scores, boxes, num_classes):
         tf = self._tf
-        cand_scores, cand_boxes, classes, row = self._candidates(scores, boxes, num_classes)
-        alive = cand_scores > _f32(tf, self.score_thresh)
+        candidates = self._candidates(scores, boxes, num_classes)
+        # only those above score_thresh take part: the NMS loops scan them on every step
+        above = tf.where(candidates[0] > _f32(tf, self.score_thresh))[:, 0]
+        cand_scores, cand_boxes, classes, row = (tf.gather(v, above) for v in candidates)
+        alive = tf.ones_like(cand_scores, tf.bool)
         if self.soft_nms_method == "none":
             # class-major already; within a class, highest score first (stable)
             rank = self._class_rank(cand_scores, classes, num_classes)
