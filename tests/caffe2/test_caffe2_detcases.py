@@ -27,7 +27,15 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from tfinit.caffe2 import converted_ops, to_keras
+from tfinit.caffe2 import (
+    Caffe2AffineChannel,
+    Caffe2Cast,
+    Caffe2Gather,
+    Caffe2ResizeNearest,
+    Caffe2TopK,
+    converted_ops,
+    to_keras,
+)
 
 DATA = REPO / "tests" / "caffe2" / "data" / "detcases"
 MANIFEST = json.loads((DATA / "cases.json").read_text())
@@ -257,3 +265,35 @@ def test_check_forward_matches_every_blob_of_the_detectron2_net():
     assert {"rpn_rois_fpn2", "rois_fpn3", "rois_idx_restore_int32", "pred_bbox",
             "mask_rois", "mask_fcn_probs"} <= checked
     assert len(checked) >= 60
+
+
+@pytest.mark.slow  # converts a 56-op net, traces it and saves it (about 8 s on 2 cores)
+@pytest.mark.skipif(bool(PENDING), reason="needs the detection ops")
+def test_detection_model_runs_in_a_tf_function_and_after_a_keras_round_trip(tmp_path):
+    import tensorflow as tf
+
+    name = "e2e_d2_b1"
+    case, arrays = CASES[name], np.load(DATA / f"{name}.npz")
+    model = to_keras(DATA / f"{name}_predict_net.pb", DATA / f"{name}_init_net.pb",
+                     _input_shape(case), outputs=case["outputs"])
+    inputs = [arrays["input/data"], arrays["input/im_info"]]
+    model.save(tmp_path / "mask_rcnn.keras")
+    reloaded = keras.saving.load_model(tmp_path / "mask_rcnn.keras")
+    for run in (tf.function(model), reloaded):
+        for blob, y in zip(case["outputs"], run(inputs)):
+            want = arrays[f"blob/{blob}"]
+            assert y.shape == want.shape, blob
+            scale = max(1.0, float(np.abs(want).max()))
+            np.testing.assert_allclose(np.asarray(y), want, rtol=0, atol=TOLERANCE * scale)
+
+
+@pytest.mark.parametrize("layer", [
+    lambda: Caffe2TopK(3, 1, flattened=True), lambda: Caffe2Gather(1),
+    lambda: Caffe2ResizeNearest([0, 0, 1], [1, 0]), lambda: Caffe2AffineChannel(3, axis=1),
+    lambda: Caffe2Cast("int64"),
+], ids=["TopK", "Gather", "ResizeNearest", "AffineChannel", "Cast"])
+def test_generic_layers_round_trip_their_config(layer):
+    original = layer()
+    copy = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(original))
+    assert type(copy) is type(original)
+    assert copy.get_config() == original.get_config()
