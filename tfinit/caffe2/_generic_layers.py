@@ -264,7 +264,7 @@ class Caffe2Gather(keras.layers.Layer):
         indices = keras.ops.cast(indices, "int32")
         check_at_run(keras.ops.all((indices >= -size) & (indices < size)),
                      f"{self.name}: Gather index out of range: indices must lie in "
-                     f"[-{'rows'}, rows) of data's axis {self.axis}, as Caffe2 requires")
+                     f"[-size, size) of data's axis {self.axis}, as Caffe2 requires")
         indices = keras.ops.where(indices < 0, indices + size, indices)
         return keras.ops.take(data, indices, axis=self.axis)
 

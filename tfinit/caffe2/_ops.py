@@ -337,9 +337,7 @@ def _dropout(b, op, x):
 def _concat(b, op, *xs):
     if op.args.get("add_axis", 0):
         raise Unsupported("Concat with add_axis")
-    axis = b.axis(op, xs[0], b.order_axis(op))
-    if axis == 0:
-        raise Unsupported("Concat along the batch axis")
+    axis = b.axis(op, xs[0], b.order_axis(op))  # axis 0: _generic_ops.row_concat (_spec)
     if len(op.outputs) != 2:
         raise ValueError(_two_outputs(op, "split_info"))
     y = keras.layers.Concatenate(axis=axis, name=b.name(op.outputs[0]))(list(xs))
