@@ -94,11 +94,10 @@ def keras_backbone(params, side):
     inner3 = conv(res3, "fpn_inner_res3_sum", pad=0)
     inner2 = keras.layers.Add()([conv(res2, "fpn_inner_res2_sum_lateral", pad=0),
                                  keras.layers.UpSampling2D(2)(inner3)])
-    outputs = []
-    fpn = [conv(inner2, "fpn_res2_sum"), conv(inner3, "fpn_res3_sum")]
-    for level in fpn:
+    outputs = [conv(inner2, "fpn_res2_sum"), conv(inner3, "fpn_res3_sum")]
+    for level in list(outputs):  # in BACKBONE's order
         head = relu()(conv(level, "conv_rpn_fpn2"))
-        outputs += [level, conv(head, "rpn_cls_logits_fpn2", pad=0),
+        outputs += [conv(head, "rpn_cls_logits_fpn2", pad=0),
                     conv(head, "rpn_bbox_pred_fpn2", pad=0)]
     return keras.Model(data, outputs)
 
