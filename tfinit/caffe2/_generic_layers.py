@@ -128,9 +128,19 @@ class Caffe2ResizeNearest(keras.layers.Layer):
         self.rows, self.cols = _ints(rows), _ints(cols)
 
     def call(self, x):
-        rows = keras.ops.convert_to_tensor(np.asarray(self.rows, np.int32))
-        cols = keras.ops.convert_to_tensor(np.asarray(self.cols, np.int32))
-        return keras.ops.take(keras.ops.take(x, rows, axis=1), cols, axis=2)
+        return self._along(self._along(x, self.rows, 1), self.cols, 2)
+
+    @staticmethod
+    def _along(x, sources, axis):
+        """``take`` along ``axis``; an integer scale's ``[0, 0, 1, 1, ...]`` is a
+        ``repeat`` (UpSampling2D's kernel: no gather)."""
+        size = x.shape[axis]
+        scale = len(sources) // size if size else 0
+        if scale >= 1 and len(sources) == size * scale and all(
+                s == i // scale for i, s in enumerate(sources)):
+            return x if scale == 1 else keras.ops.repeat(x, scale, axis=axis)
+        return keras.ops.take(x, keras.ops.convert_to_tensor(np.asarray(sources, np.int32)),
+                              axis=axis)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], len(self.rows), len(self.cols), input_shape[3])
