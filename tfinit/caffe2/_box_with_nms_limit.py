@@ -46,6 +46,17 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
         ValueError: a backend other than TensorFlow, a bad ``soft_nms_method`` or
             ``num_outputs``; when run, ``batch_splits`` not summing to the rows
             (``InvalidArgumentError``).
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2._detection import Caffe2BoxWithNMSLimit
+    >>> scores = np.array([[0.1, 0.9], [0.2, 0.8], [0.3, 0.6]], "float32")
+    >>> boxes = np.array([[0, 0, 9, 9] * 2, [1, 1, 10, 10] * 2, [20, 20, 29, 29] * 2],
+    ...                  "float32")
+    >>> kept, kept_boxes, classes = Caffe2BoxWithNMSLimit(nms=0.5)(scores, boxes)
+    >>> [round(float(s), 2) for s in kept], classes.numpy().tolist()
+    ([0.9, 0.6], [1.0, 1.0])
     """
 
     def __init__(self, score_thresh=0.05, nms=0.3, detections_per_im=100,
