@@ -356,8 +356,17 @@ class Caffe2GenerateProposals(DetectionLayer):
         scores = tf.convert_to_tensor(scores, tf.float32)
         deltas = tf.convert_to_tensor(deltas, tf.float32)
         im_info = tf.convert_to_tensor(im_info, tf.float32)
+        a = len(self.anchors)
+        if scores.shape[-1] not in (None, a) or deltas.shape[-1] not in (None, 4 * a):
+            raise ValueError(f"{type(self).__name__} with {a} anchors takes scores [N, H, W, "
+                             f"{a}] and deltas [N, H, W, {4 * a}]. Received: scores of shape "
+                             f"{tuple(scores.shape)}, deltas of shape {tuple(deltas.shape)}")
         shape = tf.shape(scores)
-        height, width = shape[1], shape[2]
+        check = tf.debugging.assert_equal(
+            tf.shape(im_info)[0], shape[0], message="GenerateProposals: im_info must have one "
+            "row per image (Caffe2: im_info [num_images, 3])")
+        with tf.control_dependencies([check]):
+            height, width = tf.identity(shape[1]), tf.identity(shape[2])
         stride = f32(tf, 1.0 / self.spatial_scale)
         shift_x = tf.cast(tf.range(width), tf.float32) * stride
         shift_y = tf.cast(tf.range(height), tf.float32) * stride
