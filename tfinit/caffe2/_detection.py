@@ -387,9 +387,10 @@ class Caffe2GenerateProposals(DetectionLayer):
         tf = self._tf
         scores = tf.reshape(scores, [-1])
         deltas = tf.reshape(deltas, [-1, 4])
-        order = tf.argsort(scores, direction="DESCENDING", stable=True)
-        if self.pre_nms_top_n > 0:
-            order = order[:self.pre_nms_top_n]
+        total = tf.size(scores)
+        top = total if self.pre_nms_top_n <= 0 else tf.minimum(self.pre_nms_top_n, total)
+        # top_k: sorted, and the lower index first on ties (a stable sort's order)
+        order = tf.math.top_k(scores, top).indices
         scores = tf.gather(scores, order)
         proposals = bbox_transform(tf, tf.gather(all_anchors, order), tf.gather(deltas, order),
                                    (1.0, 1.0, 1.0, 1.0), self.legacy_plus_one)
@@ -405,11 +406,34 @@ class Caffe2GenerateProposals(DetectionLayer):
         keep_index = tf.where(keep)[:, 0]
         proposals = tf.gather(proposals, keep_index)
         scores = tf.gather(scores, keep_index)
+        kept = tf.cond(tf.reduce_all(ws * hs > 0.0),
+                       lambda: self._tf_nms(proposals, scores),
+                       lambda: self._caffe2_nms(proposals))
+        return tf.gather(proposals, kept), tf.gather(scores, kept)
+
+    def _tf_nms(self, proposals, scores):
+        """``tf.image.non_max_suppression`` where it is Caffe2's ``nms_cpu``: no box of zero
+        area (Caffe2's ``0 / 0`` IoU of two such boxes suppresses; TensorFlow's is 0). It
+        suppresses an IoU ``> nms_thresh`` and takes the highest score first, the lower index
+        on ties: the order the proposals are in. ``legacy_plus_one`` is given as ``+1`` on
+        x2 and y2 (TensorFlow's widths ``(x2 + 1) - x1``, Caffe2's ``x2 - x1 + 1``: the same up
+        to one rounding, which moves an IoU only within rounding of the threshold)."""
+        tf = self._tf
+        x1, y1, x2, y2 = tf.unstack(proposals, 4, axis=1)
+        one = f32(tf, float(self.legacy_plus_one))
+        boxes = tf.stack([y1, x1, y2 + one, x2 + one], axis=1)
+        top = tf.shape(proposals)[0]
+        if self.post_nms_top_n > 0:
+            top = tf.minimum(top, self.post_nms_top_n)
+        return tf.image.non_max_suppression(boxes, scores, top, self.nms_thresh)
+
+    def _caffe2_nms(self, proposals):
+        tf = self._tf
         k = tf.shape(proposals)[0]
         limit = self.post_nms_top_n if self.post_nms_top_n > 0 else None
         kept = greedy_nms(tf, proposals, tf.ones([k], tf.bool), tf.zeros([k], tf.int32), 1,
                           self.nms_thresh, self.legacy_plus_one, limit)
-        return tf.boolean_mask(proposals, kept), tf.boolean_mask(scores, kept)
+        return tf.cast(tf.where(kept)[:, 0], tf.int32)
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
