@@ -30,10 +30,12 @@ LAYERS = [
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written
-    ["parameter_info", "sources", "_split_master", "caffe2._netdef", "caffe2._detection_args"],
+    ["parameter_info", "sources", "_split_master", "caffe2._netdef", "caffe2._detection_args",
+     "caffe2._detection_boxes"],
     # where create_param tracks its variables; the fill operators (one package)
     [
         "_init_net",
+        "caffe2._box_with_nms_limit",  # tfinit.caffe2._detection names it with the other four
         package("fills", [
             # exact casts; Caffe2's CPU streams in numpy; the op-name table
             ["_exact", "_caffe2_rng", "registry"],

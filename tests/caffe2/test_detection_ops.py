@@ -267,6 +267,11 @@ def test_argument_refusals_of_the_other_ops():
     with pytest.raises(ValueError, match="`detections_per_im` of BoxWithNMSLimit"):
         A.box_with_nms_limit_args(Operator("BoxWithNMSLimit", ("s", "b"), ("s", "b", "c"),
                                            {"detections_per_im": 5.0}))
+    with pytest.raises(ValueError, match="`rpn_post_nms_topN` of Collect"):
+        A.collect_and_distribute_args(Operator(
+            "CollectAndDistributeFpnRpnProposals", ("a", "b", "c", "d"), ("r", "x", "y", "i"),
+            {"rpn_min_level": 2, "rpn_max_level": 3, "roi_min_level": 2, "roi_max_level": 3,
+             "rpn_post_nms_topN": 0}))
     with pytest.raises(ValueError, match="must not exceed"):
         A.collect_and_distribute_args(Operator(
             "CollectAndDistributeFpnRpnProposals", ("a", "b"), ("r", "x", "i"),
@@ -285,6 +290,49 @@ def test_runtime_refusals():
     with pytest.raises(tf.errors.InvalidArgumentError, match="non-negative size"):
         D.Caffe2RoIAlign(aligned=True)(x, np.array([[0, 2, 0, 1, 2]], np.float32))
     rois = np.array([[0, 1, 1, 3, 3], [0, 3, 1, 1, 3]], np.float32)  # width -1: area -3
+    layer = D.Caffe2GenerateProposals([[0, 0, 3, 3]], spatial_scale=0.25)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one row per image"):
+        layer(np.zeros((2, 2, 2, 1), np.float32), np.zeros((2, 2, 2, 4), np.float32),
+              np.array([[8, 8, 1]], np.float32))
+    with pytest.raises(ValueError, match="with 1 anchors takes scores"):
+        layer(np.zeros((1, 2, 2, 2), np.float32), np.zeros((1, 2, 2, 8), np.float32),
+              np.array([[8, 8, 1]], np.float32))
     with pytest.raises(tf.errors.InvalidArgumentError, match="negative area"):
         D.Caffe2CollectAndDistributeFpnRpnProposals(rpn_min_level=2, rpn_max_level=2)(
             [rois, np.array([0.5, 0.4], np.float32)])
+
+
+def test_layer_examples_run():
+    """The layers are not public names of tfinit.caffe2 (tests/test_docs.py runs those), so
+    their docstring examples run here."""
+    import doctest
+
+    from tfinit.caffe2 import _box_with_nms_limit
+
+    layers = [D.Caffe2RoIAlign, D.Caffe2BBoxTransform, D.Caffe2GenerateProposals,
+              _box_with_nms_limit.Caffe2BoxWithNMSLimit,
+              D.Caffe2CollectAndDistributeFpnRpnProposals]
+    assert D.Caffe2BoxWithNMSLimit is _box_with_nms_limit.Caffe2BoxWithNMSLimit
+    for layer in layers:
+        failures = []
+        runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+        for test in doctest.DocTestFinder(recurse=False).find(layer, layer.__name__, globs={}):
+            runner.run(test, out=failures.append)
+        result = runner.summarize(verbose=False)
+        assert result.attempted >= 4 and result.failed == 0, "".join(failures)
+
+
+@pytest.mark.slow  # a fresh interpreter importing Keras on JAX: several seconds
+def test_jax_backend_is_refused_at_construction():
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tfinit.caffe2 import _detection as D\n"
+            "try:\n    D.Caffe2GenerateProposals([[0, 0, 1, 1]])\n"
+            "except ValueError as err:\n    print(err)\n")
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert "needs Keras's TensorFlow backend" in out.stdout, out.stderr[-2000:]
+    assert "'jax'" in out.stdout

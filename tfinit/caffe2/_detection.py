@@ -15,7 +15,9 @@ backend raises ``ValueError``. The rules (legacy ``+1`` widths, clipping, adapti
 NMS order and ties, soft-NMS rescoring, output order and dtypes) are stated on each class and
 were checked against the cases Caffe2 1.8.1 computed (``tests/caffe2/test_detection_ops.py``).
 
-Each layer is registered as ``"tfinit>ClassName"``.
+Each layer is registered as ``"tfinit>ClassName"``. The box arithmetic and NMS are in
+``tfinit/caffe2/_detection_boxes.py``; BoxWithNMSLimit's layer is in
+``tfinit/caffe2/_box_with_nms_limit.py`` and named here too, so this module holds all five.
 """
 
 import math
@@ -23,196 +25,16 @@ import math
 import keras
 import numpy as np
 
-from tfinit import _backend
+from tfinit.caffe2._box_with_nms_limit import Caffe2BoxWithNMSLimit
+from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, per_image, bbox_transform,
+                                            clip_boxes, greedy_nms)
 
-# Caffe2's utils::BBOX_XFORM_CLIP_DEFAULT, log(1000 / 16) in double, read as float
-BBOX_XFORM_CLIP = float(np.float32(math.log(1000.0 / 16.0)))
-
-
-def _tf(layer):
-    if _backend.name() != "tensorflow":
-        raise ValueError(f"{type(layer).__name__} needs Keras's TensorFlow backend: its outputs "
-                         f"have data-dependent row counts (proposals, detections), which the "
-                         f"static shapes of the {_backend.name()!r} backend cannot hold. Set "
-                         f"KERAS_BACKEND=tensorflow to convert detection nets.")
-    import tensorflow as tf
-
-    return tf
-
-
-def _f32(tf, value):
-    return tf.constant(np.float32(value))
-
-
-def _per_image(tf, count, fn, specs):
-    """Run ``fn(i)`` for each image ``i < count`` and concatenate each of its outputs along
-    axis 0 (``specs``: ``(dtype, element shape)`` of each output)."""
-    arrays = [tf.TensorArray(dtype, size=count, infer_shape=False, element_shape=shape)
-              for dtype, shape in specs]
-
-    def body(i, *arrays):
-        return (i + 1, *[a.write(i, v) for a, v in zip(arrays, fn(i))])
-
-    _, *arrays = tf.while_loop(lambda i, *_: i < count, body, (tf.constant(0), *arrays))
-    outs = []
-    for (dtype, shape), array in zip(specs, arrays):
-        empty = tf.zeros([0, *shape[1:]], dtype)
-        outs.append(tf.cond(count > 0, lambda a=array: a.concat(), lambda e=empty: e))
-    return outs
-
-
-def bbox_transform(tf, boxes, deltas, weights, plus_one):
-    """Caffe2's ``utils::bbox_transform`` (upright boxes): ``boxes`` ``[R, 4]`` moved by
-    ``deltas`` ``[R, 4]``; widths are ``x2 - x1 + plus_one``, dw/dh are capped at
-    ``BBOX_XFORM_CLIP`` before ``exp``, and ``plus_one`` is taken off x2/y2."""
-    one = _f32(tf, float(plus_one))
-    half = _f32(tf, 0.5)
-    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
-    widths = x2 - x1 + one
-    heights = y2 - y1 + one
-    ctr_x = x1 + half * widths
-    ctr_y = y1 + half * heights
-    dx, dy, dw, dh = tf.unstack(deltas, 4, axis=1)
-    wx, wy, ww, wh = (_f32(tf, w) for w in weights)
-    clip = _f32(tf, BBOX_XFORM_CLIP)
-    dx, dy = dx / wx, dy / wy
-    dw, dh = tf.minimum(dw / ww, clip), tf.minimum(dh / wh, clip)
-    pred_ctr_x = dx * widths + ctr_x
-    pred_ctr_y = dy * heights + ctr_y
-    pred_w = tf.exp(dw) * widths
-    pred_h = tf.exp(dh) * heights
-    return tf.stack([pred_ctr_x - half * pred_w, pred_ctr_y - half * pred_h,
-                     pred_ctr_x + half * pred_w - one, pred_ctr_y + half * pred_h - one], axis=1)
-
-
-def clip_boxes(tf, boxes, height, width, plus_one):
-    """Caffe2's ``utils::clip_boxes``: x into ``[0, width - plus_one]``, y into
-    ``[0, height - plus_one]`` (``height``/``width`` float32 scalars, already integers)."""
-    one = _f32(tf, float(plus_one))
-    x_max, y_max = width - one, height - one
-    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
-    zero = _f32(tf, 0.0)
-    return tf.stack([tf.maximum(tf.minimum(x1, x_max), zero),
-                     tf.maximum(tf.minimum(y1, y_max), zero),
-                     tf.maximum(tf.minimum(x2, x_max), zero),
-                     tf.maximum(tf.minimum(y2, y_max), zero)], axis=1)
-
-
-def _overlaps(tf, boxes, areas, i, plus_one):
-    """IoU of box ``i`` with every box, Caffe2's ``nms_cpu`` arithmetic (NaN for two empty
-    boxes: ``0 / 0``)."""
-    one = _f32(tf, float(plus_one))
-    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
-    w = tf.maximum(tf.minimum(x2, x2[i]) - tf.maximum(x1, x1[i]) + one, 0.0)
-    h = tf.maximum(tf.minimum(y2, y2[i]) - tf.maximum(y1, y1[i]) + one, 0.0)
-    inter = w * h
-    return inter / (areas[i] + areas - inter)
-
-
-def _areas(tf, boxes, plus_one):
-    one = _f32(tf, float(plus_one))
-    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
-    return (x2 - x1 + one) * (y2 - y1 + one)
-
-
-def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=None):
-    """Caffe2's ``nms_cpu`` over candidates in priority order, every class at once.
-
-    ``boxes`` ``[K, 4]`` are sorted by class, then by score from high to low; ``alive``
-    ``[K]`` marks the candidates; ``classes`` ``[K]`` int32 in ``[0, num_classes)``. Per
-    class, the first alive candidate is kept, and every later one of its class whose IoU
-    with it is not ``<= thresh`` (so NaN suppresses) is dropped, until none is left or the
-    class has ``limit`` kept. The classes are independent, so each step of the loop keeps
-    one candidate of every class that has one left (the steps are the most any class
-    keeps, not the total). Returns the kept mask ``[K]``.
-    """
-    k = tf.shape(boxes)[0]
-    index = tf.range(k)
-    areas = _areas(tf, boxes, plus_one)
-    thresh = _f32(tf, thresh)
-    one = _f32(tf, float(plus_one))
-    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
-
-    def body(alive, kept, counts):
-        first = tf.math.unsorted_segment_min(tf.where(alive, index, k), classes, num_classes)
-        has = first < k
-        pick = tf.minimum(first, tf.maximum(k - 1, 0))
-        own = tf.gather(pick, classes)  # each candidate's class's kept box
-        is_pick = alive & tf.equal(index, own)
-        w = tf.maximum(tf.minimum(x2, tf.gather(x2, own)) - tf.maximum(x1, tf.gather(x1, own))
-                       + one, 0.0)
-        h = tf.maximum(tf.minimum(y2, tf.gather(y2, own)) - tf.maximum(y1, tf.gather(y1, own))
-                       + one, 0.0)
-        inter = w * h
-        ovr = inter / (tf.gather(areas, own) + areas - inter)
-        # Caffe2 keeps `ovr <= thresh`: NaN suppresses. Spelled without logical_not, which
-        # TensorFlow's graph optimizer may fold into `ovr > thresh` (NaN kept).
-        suppressed = (ovr > thresh) | tf.math.is_nan(ovr)
-        alive = alive & tf.logical_not(suppressed | is_pick)
-        counts = counts + tf.cast(has, tf.int32)
-        if limit is not None:
-            alive = alive & (tf.gather(counts, classes) < limit)
-        return alive, kept | is_pick, counts
-
-    _, kept, _ = tf.while_loop(
-        lambda alive, *_: tf.reduce_any(alive), body,
-        (alive, tf.zeros([k], tf.bool), tf.zeros([num_classes], tf.int32)))
-    return kept
-
-
-def soft_nms(tf, boxes, scores, alive, classes, method, sigma, overlap_thresh, min_score,
-             plus_one):
-    """Caffe2's ``soft_nms_cpu`` per class (``method`` "linear" or "gaussian").
-
-    Candidates ``[K]`` are grouped by class (ascending). Within the lowest class with
-    candidates pending, the highest current score is kept (the first on ties); the others
-    of its class are rescored by ``1 - IoU`` where IoU ``> overlap_thresh`` (linear) or by
-    ``exp(-IoU^2 / sigma)`` (gaussian), and those falling under ``min_score`` are dropped.
-    Returns ``(kept indices in the order kept, the rescored scores [K])``.
-    """
-    k = tf.shape(boxes)[0]
-    index = tf.range(k)
-    areas = _areas(tf, boxes, plus_one)
-    overlap_thresh, min_score = _f32(tf, overlap_thresh), _f32(tf, min_score)
-
-    def body(pending, current, kept):
-        first = tf.argmax(tf.cast(pending, tf.int32), output_type=tf.int32)
-        group = pending & tf.equal(classes, classes[first])
-        masked = tf.where(group, current, tf.fill([k], -np.inf))
-        i = tf.argmax(masked, output_type=tf.int32)
-        ovr = _overlaps(tf, boxes, areas, i, plus_one)
-        if method == "linear":
-            weight = tf.where(ovr > overlap_thresh, 1.0 - ovr, tf.ones_like(ovr))
-        else:
-            ovr64 = tf.cast(ovr, tf.float64)
-            weight = tf.cast(tf.exp(-1.0 * ovr64 * ovr64 / float(np.float32(sigma))),
-                             tf.float32)
-        rest = group & tf.not_equal(index, i)
-        current = tf.where(rest, current * weight, current)
-        pending = (pending & tf.logical_not(group)) | (rest & (current >= min_score))
-        return pending, current, kept.write(kept.size(), i)
-
-    _, current, kept = tf.while_loop(
-        lambda pending, *_: tf.reduce_any(pending), body,
-        (alive, scores, tf.TensorArray(tf.int32, size=0, dynamic_size=True)))
-    return kept.stack(), current
-
-
-class _DetectionLayer(keras.layers.Layer):
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        _tf(self)  # refuses another backend here, at construction
-
-    @property
-    def _tf(self):
-        # not stored on the layer: Keras and tf.function would track the module
-        import tensorflow as tf
-
-        return tf
+__all__ = ["Caffe2RoIAlign", "Caffe2BBoxTransform", "Caffe2GenerateProposals",
+           "Caffe2BoxWithNMSLimit", "Caffe2CollectAndDistributeFpnRpnProposals"]
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
-class Caffe2RoIAlign(_DetectionLayer):
+class Caffe2RoIAlign(DetectionLayer):
     """Caffe2's RoIAlign on an NHWC feature map.
 
     For roi ``[b,] x1, y1, x2, y2`` (4 columns: image 0), the box is scaled by
@@ -222,7 +44,11 @@ class Caffe2RoIAlign(_DetectionLayer):
     ``pooled_h x pooled_w`` bins averages a grid of ``sampling_ratio`` x ``sampling_ratio``
     points, or (``sampling_ratio <= 0``) ``ceil(roi_h / pooled_h)`` x
     ``ceil(roi_w / pooled_w)`` points; each point is bilinear, 0 when it lies below -1 or
-    past H (W), clamped to the edge otherwise.
+    past H (W), clamped to the edge otherwise. The points are sampled with
+    ``tf.image.crop_and_resize``, whose normalized coordinates round differently from
+    Caffe2's pixel arithmetic: on a 200-wide white-noise map the bins differ from the exact
+    arithmetic by up to 1e-4 (1e-5 on a smooth map), within the shared cases' tolerance
+    ``1e-4 * max(1, max|y|)``; the error grows with the map's size.
 
     Args:
         spatial_scale: the feature map's scale to the image (1 / stride).
@@ -242,6 +68,7 @@ class Caffe2RoIAlign(_DetectionLayer):
     Example:
 
     >>> import numpy as np
+    >>> from tfinit.caffe2._detection import Caffe2RoIAlign
     >>> x = np.arange(16, dtype="float32").reshape(1, 4, 4, 1)
     >>> rois = np.array([[0, 0, 0, 2, 2]], "float32")
     >>> Caffe2RoIAlign(1.0, 1, 1, 2, False)(x, rois).numpy().ravel()
@@ -264,34 +91,6 @@ class Caffe2RoIAlign(_DetectionLayer):
     def compute_output_spec(self, x, rois):
         return keras.KerasTensor((None, self.pooled_h, self.pooled_w, x.shape[-1]), "float32")
 
-    def _axis(self, start, size, bins, pooled, grid):
-        """One axis' samples ``[R, pooled, G]``: low/high index, their weights, the mask."""
-        tf = self._tf
-        # at least 1 (masked when a roi has none): TensorFlow's graph kernels can fault on
-        # the zero-size axes a 0 would make
-        g = tf.reduce_max(tf.concat([grid, [1]], 0))
-        p = tf.cast(tf.range(pooled), tf.float32)[None, :, None]
-        s = tf.cast(tf.range(g), tf.float32)[None, None, :]
-        grid_f = tf.cast(grid, tf.float32)[:, None, None]
-        in_grid = tf.range(g)[None, None, :] < grid[:, None, None]
-        safe_grid = tf.where(grid_f > 0, grid_f, tf.ones_like(grid_f))
-        pos = (start[:, None, None] + p * bins[:, None, None]) + (
-            (s + 0.5) * bins[:, None, None]) / safe_grid
-        size_f = tf.cast(size, tf.float32)
-        valid = in_grid & tf.logical_not((pos < -1.0) | (pos > size_f))
-        pos = tf.where(pos <= 0.0, tf.zeros_like(pos), pos)
-        low = tf.cast(pos, tf.int32)
-        top = low >= size - 1
-        low = tf.where(top, size - 1, low)
-        high = tf.where(top, low, low + 1)
-        pos = tf.where(top, tf.cast(low, tf.float32), pos)
-        frac = pos - tf.cast(low, tf.float32)
-        valid_f = tf.cast(valid, tf.float32)
-        low = tf.where(valid, low, 0)
-        high = tf.where(valid, high, 0)
-        frac = tf.where(valid, frac, tf.zeros_like(frac))
-        return low, high, (1.0 - frac) * valid_f, frac * valid_f
-
     def call(self, x, rois):
         tf = self._tf
         x = tf.convert_to_tensor(x, tf.float32)
@@ -301,8 +100,7 @@ class Caffe2RoIAlign(_DetectionLayer):
 
     def _pool(self, x, rois):
         tf = self._tf
-        shape = tf.shape(x)
-        n, h, w, c = shape[0], shape[1], shape[2], shape[3]
+        n = tf.shape(x)[0]
         if rois.shape[-1] == 5:
             batch = tf.cast(rois[:, 0], tf.int32)
             box = rois[:, 1:]
@@ -313,8 +111,8 @@ class Caffe2RoIAlign(_DetectionLayer):
             batch, 0, message="RoIAlign: a roi's batch index is negative"),
             tf.debugging.assert_less(
             batch, n, message="RoIAlign: a roi's batch index is past the batch of X")]
-        scale = _f32(tf, self.spatial_scale)
-        offset = _f32(tf, 0.5 if self.aligned else 0.0)
+        scale = f32(tf, self.spatial_scale)
+        offset = f32(tf, 0.5 if self.aligned else 0.0)
         x1, y1, x2, y2 = (box[:, k] * scale - offset for k in range(4))
         roi_w, roi_h = x2 - x1, y2 - y1
         if self.aligned:
@@ -332,22 +130,64 @@ class Caffe2RoIAlign(_DetectionLayer):
             grid_h = tf.cast(tf.math.ceil(roi_h / float(self.pooled_h)), tf.int32)
             grid_w = tf.cast(tf.math.ceil(roi_w / float(self.pooled_w)), tf.int32)
         with tf.control_dependencies(checks):
-            ylo, yhi, wy_lo, wy_hi = self._axis(y1, h, bin_h, self.pooled_h, grid_h)
-            xlo, xhi, wx_lo, wx_hi = self._axis(x1, w, bin_w, self.pooled_w, grid_w)
-        flat = tf.reshape(x, [-1, c])
-        base = (batch * h * w)[:, None, None, None, None]
-        out = 0.0
-        for yi, wy in ((ylo, wy_lo), (yhi, wy_hi)):
-            for xi, wx in ((xlo, wx_lo), (xhi, wx_hi)):
-                index = base + yi[:, :, :, None, None] * w + xi[:, None, None, :, :]
-                weight = wy[:, :, :, None, None] * wx[:, None, None, :, :]
-                out += tf.gather(flat, index) * weight[..., None]
-        count = tf.cast(grid_h * grid_w, tf.float32)[:, None, None, None]
-        return tf.reduce_sum(out, axis=[2, 4]) / count
+            return self._sample(x, batch, y1, x1, bin_h, bin_w, grid_h, grid_w)
+
+    def _sample(self, x, batch, y1, x1, bin_h, bin_w, grid_h, grid_w):
+        """The bins' averages of their grid points, one ``crop_and_resize`` per grid size.
+
+        Caffe2's points of one roi are evenly spaced (``start + (k + 0.5) * bin / grid``),
+        so ``tf.image.crop_and_resize`` samples them all, given the first and last point.
+        The map is padded by one edge copy per side: a point in ``[-1, 0]`` or
+        ``[size - 1, size]`` then reads the edge, as Caffe2 clamps it, and one past ``-1`` or
+        ``size`` reads crop_and_resize's 0, as Caffe2 gives 0. A roi with no point (a zero
+        size with ``aligned`` and adaptive sampling) is ``0 / 0``: NaN, as in Caffe2.
+        """
+        tf = self._tf
+        ph, pw = self.pooled_h, self.pooled_w
+        c = tf.shape(x)[3]
+        padded = tf.concat([x[:, :1], x, x[:, -1:]], axis=1)  # one edge copy per side
+        padded = tf.concat([padded[:, :, :1], padded, padded[:, :, -1:]], axis=2)
+        size = tf.cast(tf.shape(padded)[1:3] - 1, tf.float32)  # normalized coordinate 1
+        key = grid_h * (tf.reduce_max(grid_w) + 1) + grid_w
+        sizes, group = tf.unique(key)
+        r = tf.shape(batch)[0]
+
+        def one_size(k, values, rows):
+            members = tf.cast(tf.where(tf.equal(group, k))[:, 0], tf.int32)
+            gh = tf.gather(grid_h, members[0])
+            gw = tf.gather(grid_w, members[0])
+            step_h = tf.gather(bin_h, members) / tf.cast(tf.maximum(gh, 1), tf.float32)
+            step_w = tf.gather(bin_w, members) / tf.cast(tf.maximum(gw, 1), tf.float32)
+            top = tf.gather(y1, members) + 0.5 * step_h
+            left = tf.gather(x1, members) + 0.5 * step_w
+            bottom = top + tf.cast(ph * gh - 1, tf.float32) * step_h
+            right = left + tf.cast(pw * gw - 1, tf.float32) * step_w
+            boxes = tf.stack([(top + 1.0) / size[0], (left + 1.0) / size[1],
+                              (bottom + 1.0) / size[0], (right + 1.0) / size[1]], axis=1)
+            crops = tf.image.crop_and_resize(
+                padded, boxes, tf.gather(batch, members),
+                tf.stack([ph * tf.maximum(gh, 1), pw * tf.maximum(gw, 1)]))
+            # the grid sums, one axis at a time (one 6-D reduce_sum over axes 2 and 4 is
+            # about 9x slower on CPU)
+            rows_sum = tf.reduce_sum(tf.reshape(crops, [-1, ph, tf.maximum(gh, 1), pw * tf.maximum(
+                gw, 1) * c]), axis=2)
+            sums = tf.reduce_sum(tf.reshape(rows_sum, [-1, ph, pw, tf.maximum(gw, 1), c]), axis=3)
+            count = tf.cast(gh * gw, tf.float32)
+            pooled = sums / tf.maximum(count, 1.0)
+            pooled = tf.where(count > 0, pooled, np.float32("nan"))  # Caffe2's 0 / 0
+            return k + 1, values.write(k, pooled), rows.write(k, members)
+
+        _, values, rows = tf.while_loop(
+            lambda k, *_: k < tf.size(sizes), one_size,
+            (tf.constant(0), tf.TensorArray(tf.float32, size=tf.size(sizes), infer_shape=False,
+                                            element_shape=[None, ph, pw, None]),
+             tf.TensorArray(tf.int32, size=tf.size(sizes), infer_shape=False,
+                            element_shape=[None])))
+        return tf.scatter_nd(rows.concat()[:, None], values.concat(), [r, ph, pw, c])
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
-class Caffe2BBoxTransform(_DetectionLayer):
+class Caffe2BBoxTransform(DetectionLayer):
     """Caffe2's BBoxTransform: rois moved by per-class deltas, clipped to the image.
 
     Rows are processed as contiguous blocks, one per image, of the sizes the rois' batch
@@ -371,6 +211,15 @@ class Caffe2BBoxTransform(_DetectionLayer):
     Raises:
         ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
             a batch index out of ``[0, N)``, or 4-column rois with N > 1.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2._detection import Caffe2BBoxTransform
+    >>> rois = np.array([[0, 0, 0, 9, 9]], "float32")
+    >>> im_info = np.array([[20, 20, 1]], "float32")
+    >>> Caffe2BBoxTransform()(rois, np.zeros((1, 4), "float32"), im_info).numpy().tolist()
+    [[0.0, 0.0, 9.0, 9.0]]
     """
 
     def __init__(self, weights=(1.0, 1.0, 1.0, 1.0), apply_scale=True, legacy_plus_one=True,
@@ -431,23 +280,16 @@ class Caffe2BBoxTransform(_DetectionLayer):
         for k in range(classes):
             moved = bbox_transform(tf, box, deltas[:, 4 * k:4 * k + 4], self.delta_weights,
                                    self.legacy_plus_one)
-            out.append(self._clip(moved, img_h, img_w) * after[:, None])
+            out.append(clip_boxes(tf, moved, img_h, img_w, self.legacy_plus_one)
+                       * after[:, None])
         boxes = tf.concat(out, axis=1) if out else tf.zeros([r, 0], tf.float32)
         if self.num_outputs == 1:
             return boxes
         return [boxes, tf.cast(counts, tf.float32)]
 
-    def _clip(self, boxes, height, width):
-        tf = self._tf
-        one = float(self.legacy_plus_one)
-        x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
-        x_max, y_max = width - one, height - one
-        return tf.stack([tf.maximum(tf.minimum(v, m), 0.0) for v, m in
-                         ((x1, x_max), (y1, y_max), (x2, x_max), (y2, y_max))], axis=1)
-
 
 @keras.saving.register_keras_serializable(package="tfinit")
-class Caffe2GenerateProposals(_DetectionLayer):
+class Caffe2GenerateProposals(DetectionLayer):
     """Caffe2's GenerateProposals (RPN proposals), per image.
 
     The anchors are laid on every cell (shifted by ``(w, h) / spatial_scale``; order: H, W,
@@ -472,6 +314,18 @@ class Caffe2GenerateProposals(_DetectionLayer):
 
     Raises:
         ValueError: anchors not ``[A, 4]``; a backend other than TensorFlow.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2._detection import Caffe2GenerateProposals
+    >>> layer = Caffe2GenerateProposals([[-4, -4, 4, 4]], spatial_scale=0.25, min_size=0.0,
+    ...                                 legacy_plus_one=False)
+    >>> scores = np.array([0.9, 0.8, 0.2, 0.7], "float32").reshape(1, 2, 2, 1)
+    >>> rois, probs = layer(scores, np.zeros((1, 2, 2, 4), "float32"),
+    ...                     np.array([[8, 8, 1]], "float32"))
+    >>> rois.numpy()[:2].tolist(), [round(float(p), 2) for p in probs]
+    ([[0.0, 0.0, 0.0, 4.0, 4.0], [0.0, 0.0, 0.0, 8.0, 4.0]], [0.9, 0.8, 0.7, 0.2])
     """
 
     def __init__(self, anchors, spatial_scale=1.0 / 16.0, pre_nms_top_n=6000,
@@ -502,9 +356,18 @@ class Caffe2GenerateProposals(_DetectionLayer):
         scores = tf.convert_to_tensor(scores, tf.float32)
         deltas = tf.convert_to_tensor(deltas, tf.float32)
         im_info = tf.convert_to_tensor(im_info, tf.float32)
+        a = len(self.anchors)
+        if scores.shape[-1] not in (None, a) or deltas.shape[-1] not in (None, 4 * a):
+            raise ValueError(f"{type(self).__name__} with {a} anchors takes scores [N, H, W, "
+                             f"{a}] and deltas [N, H, W, {4 * a}]. Received: scores of shape "
+                             f"{tuple(scores.shape)}, deltas of shape {tuple(deltas.shape)}")
         shape = tf.shape(scores)
-        height, width = shape[1], shape[2]
-        stride = _f32(tf, 1.0 / self.spatial_scale)
+        check = tf.debugging.assert_equal(
+            tf.shape(im_info)[0], shape[0], message="GenerateProposals: im_info must have one "
+            "row per image (Caffe2: im_info [num_images, 3])")
+        with tf.control_dependencies([check]):
+            height, width = tf.identity(shape[1]), tf.identity(shape[2])
+        stride = f32(tf, 1.0 / self.spatial_scale)
         shift_x = tf.cast(tf.range(width), tf.float32) * stride
         shift_y = tf.cast(tf.range(height), tf.float32) * stride
         sy, sx = tf.meshgrid(shift_y, shift_x, indexing="ij")
@@ -517,216 +380,64 @@ class Caffe2GenerateProposals(_DetectionLayer):
             ids = tf.fill([tf.shape(rois)[0], 1], tf.cast(i, tf.float32))
             return tf.concat([ids, rois], axis=1), probs
 
-        return _per_image(tf, shape[0], one_image,
+        return per_image(tf, shape[0], one_image,
                           [(tf.float32, [None, 5]), (tf.float32, [None])])
 
     def _one_image(self, scores, deltas, info, all_anchors):
         tf = self._tf
         scores = tf.reshape(scores, [-1])
         deltas = tf.reshape(deltas, [-1, 4])
-        order = tf.argsort(scores, direction="DESCENDING", stable=True)
-        if self.pre_nms_top_n > 0:
-            order = order[:self.pre_nms_top_n]
+        total = tf.size(scores)
+        top = total if self.pre_nms_top_n <= 0 else tf.minimum(self.pre_nms_top_n, total)
+        # top_k: sorted, and the lower index first on ties (a stable sort's order)
+        order = tf.math.top_k(scores, top).indices
         scores = tf.gather(scores, order)
         proposals = bbox_transform(tf, tf.gather(all_anchors, order), tf.gather(deltas, order),
                                    (1.0, 1.0, 1.0, 1.0), self.legacy_plus_one)
         # Caffe2 passes im_info's float height and width to clip_boxes' int parameters
         proposals = clip_boxes(tf, proposals, tf.floor(info[0]), tf.floor(info[1]),
                                self.legacy_plus_one)
-        one = _f32(tf, float(self.legacy_plus_one))
+        one = f32(tf, float(self.legacy_plus_one))
         x1, y1, x2, y2 = tf.unstack(proposals, 4, axis=1)
         ws, hs = x2 - x1 + one, y2 - y1 + one
-        min_size = _f32(tf, self.min_size) * info[2]
+        min_size = f32(tf, self.min_size) * info[2]
         keep = ((ws >= min_size) & (hs >= min_size) & (x1 + ws / 2.0 < info[1])
                 & (y1 + hs / 2.0 < info[0]))
         keep_index = tf.where(keep)[:, 0]
         proposals = tf.gather(proposals, keep_index)
         scores = tf.gather(scores, keep_index)
+        kept = tf.cond(tf.reduce_all(ws * hs > 0.0),
+                       lambda: self._tf_nms(proposals, scores),
+                       lambda: self._caffe2_nms(proposals))
+        return tf.gather(proposals, kept), tf.gather(scores, kept)
+
+    def _tf_nms(self, proposals, scores):
+        """``tf.image.non_max_suppression`` where it is Caffe2's ``nms_cpu``: no box of zero
+        area (Caffe2's ``0 / 0`` IoU of two such boxes suppresses; TensorFlow's is 0). It
+        suppresses an IoU ``> nms_thresh`` and takes the highest score first, the lower index
+        on ties: the order the proposals are in. ``legacy_plus_one`` is given as ``+1`` on
+        x2 and y2 (TensorFlow's widths ``(x2 + 1) - x1``, Caffe2's ``x2 - x1 + 1``: the same up
+        to one rounding, which moves an IoU only within rounding of the threshold)."""
+        tf = self._tf
+        x1, y1, x2, y2 = tf.unstack(proposals, 4, axis=1)
+        one = f32(tf, float(self.legacy_plus_one))
+        boxes = tf.stack([y1, x1, y2 + one, x2 + one], axis=1)
+        top = tf.shape(proposals)[0]
+        if self.post_nms_top_n > 0:
+            top = tf.minimum(top, self.post_nms_top_n)
+        return tf.image.non_max_suppression(boxes, scores, top, self.nms_thresh)
+
+    def _caffe2_nms(self, proposals):
+        tf = self._tf
         k = tf.shape(proposals)[0]
         limit = self.post_nms_top_n if self.post_nms_top_n > 0 else None
         kept = greedy_nms(tf, proposals, tf.ones([k], tf.bool), tf.zeros([k], tf.int32), 1,
                           self.nms_thresh, self.legacy_plus_one, limit)
-        return tf.boolean_mask(proposals, kept), tf.boolean_mask(scores, kept)
+        return tf.cast(tf.where(kept)[:, 0], tf.int32)
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
-class Caffe2BoxWithNMSLimit(_DetectionLayer):
-    """Caffe2's BoxWithNMSLimit: per-class NMS and the per-image detection limit.
-
-    Rows are read as contiguous blocks of ``batch_splits`` rows, one per image (without
-    ``batch_splits``: one image). In each image and each foreground class ``j`` (score column
-    ``j`` with ``input_boxes_include_bg_cls``, else ``j - 1``; box columns of class ``j``, or
-    the one box with ``cls_agnostic_bbox_reg``), the boxes scoring above ``score_thresh``
-    go through greedy NMS (highest score first; IoU with Caffe2's ``legacy_plus_one``
-    areas; not ``<= nms`` suppresses; at most ``detections_per_im`` per class) or soft-NMS
-    (``soft_nms_method`` "linear" or "gaussian": the others are rescored, those under
-    ``soft_nms_min_score_thres`` dropped; the output scores are the rescored ones). When the
-    image keeps more than ``detections_per_im`` (> 0), only that many highest scores across
-    classes stay. Output rows: by image, then class ascending, then score descending (not
-    sorted by score overall).
-
-    Args:
-        score_thresh, nms, detections_per_im, soft_nms_sigma, soft_nms_min_score_thres,
-            cls_agnostic_bbox_reg, input_boxes_include_bg_cls, output_classes_include_bg_cls,
-            legacy_plus_one: Caffe2's arguments of those names.
-        soft_nms_method: ``"none"`` (hard NMS), ``"linear"`` or ``"gaussian"``.
-        num_outputs: 3 (scores, boxes, classes), 4 (and batch_splits) or 6 (and keeps,
-            keeps_size).
-        **kwargs: base ``keras.layers.Layer`` arguments.
-
-    Returns:
-        Called on ``(scores [R, K], boxes [R, 4 * box classes][, batch_splits [N]])``: a list
-        of ``scores [D]``, ``boxes [D, 4]``, ``classes [D]`` (float32; ``j``, or ``j - 1``
-        without ``output_classes_include_bg_cls``), ``batch_splits [N]`` (float32),
-        ``keeps [D]`` (int32 row indices within the image's block), ``keeps_size [N, K]``
-        (int32 per class, column 0 the background's 0).
-
-    Raises:
-        ValueError: a backend other than TensorFlow, a bad ``soft_nms_method`` or
-            ``num_outputs``; when run, ``batch_splits`` not summing to the rows
-            (``InvalidArgumentError``).
-    """
-
-    def __init__(self, score_thresh=0.05, nms=0.3, detections_per_im=100,
-                 soft_nms_method="none", soft_nms_sigma=0.5, soft_nms_min_score_thres=0.001,
-                 cls_agnostic_bbox_reg=False, input_boxes_include_bg_cls=True,
-                 output_classes_include_bg_cls=True, legacy_plus_one=True, num_outputs=3,
-                 **kwargs):
-        super().__init__(**kwargs)
-        if soft_nms_method not in ("none", "linear", "gaussian"):
-            raise ValueError(f"Argument `soft_nms_method` must be 'none', 'linear' or "
-                             f"'gaussian'. Received: soft_nms_method={soft_nms_method!r}")
-        if num_outputs not in (3, 4, 6):
-            raise ValueError(f"Argument `num_outputs` must be 3, 4 or 6. Received: "
-                             f"num_outputs={num_outputs!r}")
-        self.score_thresh, self.nms = float(score_thresh), float(nms)
-        self.detections_per_im = int(detections_per_im)
-        self.soft_nms_method = soft_nms_method
-        self.soft_nms_sigma = float(soft_nms_sigma)
-        self.soft_nms_min_score_thres = float(soft_nms_min_score_thres)
-        self.cls_agnostic_bbox_reg = bool(cls_agnostic_bbox_reg)
-        self.input_boxes_include_bg_cls = bool(input_boxes_include_bg_cls)
-        self.output_classes_include_bg_cls = bool(output_classes_include_bg_cls)
-        self.legacy_plus_one = bool(legacy_plus_one)
-        self.num_outputs = int(num_outputs)
-
-    def get_config(self):
-        return {**super().get_config(), "score_thresh": self.score_thresh, "nms": self.nms,
-                "detections_per_im": self.detections_per_im,
-                "soft_nms_method": self.soft_nms_method,
-                "soft_nms_sigma": self.soft_nms_sigma,
-                "soft_nms_min_score_thres": self.soft_nms_min_score_thres,
-                "cls_agnostic_bbox_reg": self.cls_agnostic_bbox_reg,
-                "input_boxes_include_bg_cls": self.input_boxes_include_bg_cls,
-                "output_classes_include_bg_cls": self.output_classes_include_bg_cls,
-                "legacy_plus_one": self.legacy_plus_one, "num_outputs": self.num_outputs}
-
-    def compute_output_spec(self, scores, boxes, batch_splits=None):
-        specs = [keras.KerasTensor((None,), "float32"), keras.KerasTensor((None, 4), "float32"),
-                 keras.KerasTensor((None,), "float32"), keras.KerasTensor((None,), "float32"),
-                 keras.KerasTensor((None,), "int32"),
-                 keras.KerasTensor((None, scores.shape[-1]), "int32")]
-        return specs[:self.num_outputs]
-
-    def call(self, scores, boxes, batch_splits=None):
-        tf = self._tf
-        scores = tf.convert_to_tensor(scores, tf.float32)
-        boxes = tf.convert_to_tensor(boxes, tf.float32)
-        rows = tf.shape(scores)[0]
-        if batch_splits is None:
-            splits = rows[None]
-        else:
-            splits = tf.cast(tf.convert_to_tensor(batch_splits, tf.float32), tf.int32)
-            check = tf.debugging.assert_equal(
-                tf.reduce_sum(splits), rows, message="BoxWithNMSLimit: batch_splits must sum "
-                "to the rows of scores (Caffe2: batch_splits.sum() == N)")
-            with tf.control_dependencies([check]):
-                splits = tf.identity(splits)
-        starts = tf.cumsum(splits, exclusive=True)
-        num_classes = scores.shape[-1]
-
-        def one_image(b):
-            block = tf.range(starts[b], starts[b] + splits[b])
-            return self._one_image(tf.gather(scores, block), tf.gather(boxes, block),
-                                   num_classes)
-
-        out = _per_image(tf, tf.shape(splits)[0], one_image,
-                         [(tf.float32, [None]), (tf.float32, [None, 4]),
-                          (tf.float32, [None]), (tf.int32, [None]), (tf.int32, [None]),
-                          (tf.int32, [None, num_classes])])
-        scores_out, boxes_out, classes, keeps, counts, keeps_size = out
-        result = [scores_out, boxes_out, classes, tf.cast(counts, tf.float32), keeps,
-                  keeps_size]
-        return result[:self.num_outputs]
-
-    def _candidates(self, scores, boxes, num_classes):
-        """Every (class j >= 1, row) pair, class-major: score, box, class, row."""
-        tf = self._tf
-        rows = tf.shape(scores)[0]
-        start = 1 if self.input_boxes_include_bg_cls else 0
-        cand_scores, cand_boxes = [], []
-        for j in range(1, num_classes):
-            cand_scores.append(scores[:, j - 1 + start])
-            if self.cls_agnostic_bbox_reg:
-                box = 0
-            else:
-                box = j if self.input_boxes_include_bg_cls else j - 1
-            cand_boxes.append(boxes[:, 4 * box:4 * box + 4])
-        if not cand_scores:
-            return (tf.zeros([0]), tf.zeros([0, 4]), tf.zeros([0], tf.int32),
-                    tf.zeros([0], tf.int32))
-        classes = tf.repeat(tf.range(1, num_classes), rows)
-        row = tf.tile(tf.range(rows), [num_classes - 1])
-        return tf.concat(cand_scores, 0), tf.concat(cand_boxes, 0), classes, row
-
-    def _one_image(self, scores, boxes, num_classes):
-        tf = self._tf
-        candidates = self._candidates(scores, boxes, num_classes)
-        # only those above score_thresh take part: the NMS loops scan them on every step
-        above = tf.where(candidates[0] > _f32(tf, self.score_thresh))[:, 0]
-        cand_scores, cand_boxes, classes, row = (tf.gather(v, above) for v in candidates)
-        alive = tf.ones_like(cand_scores, tf.bool)
-        if self.soft_nms_method == "none":
-            # class-major already; within a class, highest score first (stable)
-            rank = self._class_rank(cand_scores, classes, num_classes)
-            order = tf.argsort(rank, stable=True)
-            cand_scores, cand_boxes, classes, row, alive = (
-                tf.gather(v, order) for v in (cand_scores, cand_boxes, classes, row, alive))
-            limit = self.detections_per_im if self.detections_per_im > 0 else None
-            kept = greedy_nms(tf, cand_boxes, alive, classes, num_classes, self.nms,
-                              self.legacy_plus_one, limit)
-            kept = tf.cast(tf.where(kept)[:, 0], tf.int32)
-            final = cand_scores
-        else:
-            kept, final = soft_nms(tf, cand_boxes, cand_scores, alive, classes,
-                                   self.soft_nms_method, self.soft_nms_sigma, self.nms,
-                                   self.soft_nms_min_score_thres, self.legacy_plus_one)
-        kept_scores = tf.gather(final, kept)
-        if self.detections_per_im > 0:
-            # the detections_per_im highest scores across classes, in the same order
-            by_score = tf.argsort(kept_scores, direction="DESCENDING", stable=True)
-            rank = tf.math.invert_permutation(by_score)
-            kept = tf.boolean_mask(kept, rank < self.detections_per_im)
-            kept_scores = tf.gather(final, kept)
-        kept_classes = tf.gather(classes, kept)
-        label = tf.cast(kept_classes - (0 if self.output_classes_include_bg_cls else 1),
-                        tf.float32)
-        keeps_size = tf.math.bincount(kept_classes, minlength=num_classes,
-                                      maxlength=num_classes, dtype=tf.int32)
-        return (kept_scores, tf.gather(cand_boxes, kept), label, tf.gather(row, kept),
-                tf.shape(kept)[:1], keeps_size[None])
-
-    def _class_rank(self, scores, classes, num_classes):
-        """A sort key: class ascending, then score descending, then row (stable)."""
-        tf = self._tf
-        by_score = tf.argsort(scores, direction="DESCENDING", stable=True)
-        score_rank = tf.math.invert_permutation(by_score)
-        size = tf.shape(scores)[0]
-        return classes * size + score_rank
-
-
-@keras.saving.register_keras_serializable(package="tfinit")
-class Caffe2CollectAndDistributeFpnRpnProposals(_DetectionLayer):
+class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
     """Caffe2's CollectAndDistributeFpnRpnProposals: the rpn levels' proposals merged, the
     ``rpn_post_nms_topN`` best kept, and each given an FPN level.
 
@@ -763,6 +474,20 @@ class Caffe2CollectAndDistributeFpnRpnProposals(_DetectionLayer):
     Raises:
         ValueError: a backend other than TensorFlow, a wrong number of inputs; when run, a
             roi of negative area (Caffe2: "Negative areas founds").
+
+    Example:
+
+    >>> import numpy as np
+    >>> from tfinit.caffe2._detection import Caffe2CollectAndDistributeFpnRpnProposals
+    >>> layer = Caffe2CollectAndDistributeFpnRpnProposals(
+    ...     roi_canonical_scale=32, roi_canonical_level=3, roi_min_level=2, roi_max_level=3,
+    ...     rpn_min_level=2, rpn_max_level=3)
+    >>> level2 = np.array([[0, 0, 0, 9, 9], [0, 0, 0, 99, 99]], "float32")
+    >>> level3 = np.array([[0, 0, 0, 31, 31]], "float32")
+    >>> rois, fpn2, fpn3, restore = layer(
+    ...     [level2, level3, np.array([0.9, 0.5], "float32"), np.array([0.7], "float32")])
+    >>> fpn2.numpy()[:, 3].tolist(), fpn3.numpy()[:, 3].tolist(), restore.numpy().tolist()
+    ([9.0], [31.0, 99.0], [0, 1, 2])
     """
 
     def __init__(self, roi_canonical_scale=224, roi_canonical_level=4, roi_min_level=2,
@@ -806,15 +531,15 @@ class Caffe2CollectAndDistributeFpnRpnProposals(_DetectionLayer):
         rois = tf.gather(rois, order)
         if self.group_by_image:
             rois = tf.gather(rois, tf.argsort(rois[:, 0], stable=True))
-        one = _f32(tf, float(self.legacy_plus_one))
+        one = f32(tf, float(self.legacy_plus_one))
         areas = (rois[:, 3] - rois[:, 1] + one) * (rois[:, 4] - rois[:, 2] + one)
         check = tf.debugging.assert_non_negative(
             areas, message="CollectAndDistributeFpnRpnProposals: a roi has a negative area "
             "(Caffe2: 'Negative areas founds')")
         with tf.control_dependencies([check]):
-            scale = tf.sqrt(areas) / _f32(tf, float(self.roi_canonical_scale))
-        log2 = tf.math.log(scale + _f32(tf, 1e-6)) / _f32(tf, math.log(2.0))
-        level = tf.floor(_f32(tf, float(self.roi_canonical_level)) + log2)
+            scale = tf.sqrt(areas) / f32(tf, float(self.roi_canonical_scale))
+        log2 = tf.math.log(scale + f32(tf, 1e-6)) / f32(tf, math.log(2.0))
+        level = tf.floor(f32(tf, float(self.roi_canonical_level)) + log2)
         level = tf.clip_by_value(level, float(self.roi_min_level), float(self.roi_max_level))
         level = tf.cast(level, tf.int32)
         by_level = tf.argsort(level, stable=True)

@@ -383,6 +383,10 @@ def collect_and_distribute_args(op):
         if getattr(args, low) > getattr(args, high):
             raise ValueError(f"{_where(op)}: `{low}` must not exceed `{high}`. Received: "
                              f"{low}={getattr(args, low)}, {high}={getattr(args, high)}")
+    if args.rpn_post_nms_top_n < 1:
+        raise ValueError(f"Argument `rpn_post_nms_topN` of {_where(op)} must be at least 1 "
+                         f"(Caffe2 keeps that many rois). Received: "
+                         f"rpn_post_nms_topN={args.rpn_post_nms_top_n}")
     if args.roi_canonical_scale <= 0:
         raise ValueError(f"Argument `roi_canonical_scale` of {_where(op)} must be positive. "
                          f"Received: roi_canonical_scale={args.roi_canonical_scale}")
