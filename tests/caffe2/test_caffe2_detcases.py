@@ -116,6 +116,12 @@ def _ids(expect):
                   and name not in DEVIATIONS)
 
 
+def _params(expect):
+    """The cases as pytest params, the nets (over 1 s each on 2 cores) marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if CASES[name]["kind"] == "net"
+            else name for name in _ids(expect)]
+
+
 def test_the_copy_holds_every_case():
     assert len(CASES) == 172
     assert all((DATA / f"{name}{tail}").is_file() for name in CASES
@@ -123,7 +129,7 @@ def test_the_copy_holds_every_case():
     assert not [name for name, case in CASES.items() if case["fragile"]]  # none skipped
 
 
-@pytest.mark.parametrize("name", _ids("compare"))
+@pytest.mark.parametrize("name", _params("compare"))
 def test_caffe2_computed_case_matches(name):
     case = CASES[name]
     pending = _op_types(case) & PENDING
@@ -149,6 +155,7 @@ def test_value_dependent_rejection_is_refused_or_raises(name):
     assert result[0] in ("refused", "run_error"), f"{name} returned an answer"
 
 
+@pytest.mark.slow  # runs every case (the nets included): about 30 s on 2 cores alone
 def test_floor_on_matching_cases():
     matching = [name for name in _ids("compare")
                 if not _op_types(CASES[name]) & PENDING and outcome(name)[0] == "ran"
@@ -183,6 +190,7 @@ def test_inspect_names_the_detection_ops_and_data_dependent_rows(capsys):
     assert ("convertible: yes" in printed) == converts
 
 
+@pytest.mark.slow  # converts and runs the batch-2 net (about 2 s on 2 cores)
 @pytest.mark.skipif(bool(PENDING), reason="needs the detection ops")
 def test_batch_of_two_gives_each_image_its_own_detections():
     """e2e_d2_b2: Caffe2 1.8.1 reports detections under the wrong image (its rois
@@ -231,6 +239,7 @@ def test_batch_of_two_gives_each_image_its_own_detections():
         got["bbox_nms"], arrays["blob/bbox_nms"])  # Caffe2's own answer misattributes
 
 
+@pytest.mark.slow  # converts and runs the batch-2 net (about 3 s on 2 cores)
 @pytest.mark.skipif(bool(PENDING), reason="needs the detection ops")
 def test_batch_of_two_matches_caffe2_run_on_rois_grouped_by_image():
     """e2e_d2_b2 against Caffe2's per-image-correct answer (detcases_extra/, made by the real
