@@ -30,10 +30,12 @@ LAYERS = [
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written
-    ["parameter_info", "sources", "_split_master", "caffe2._netdef"],
+    ["parameter_info", "sources", "_split_master", "caffe2._netdef", "caffe2._detection_args",
+     "caffe2._detection_boxes"],
     # where create_param tracks its variables; the fill operators (one package)
     [
         "_init_net",
+        "caffe2._box_with_nms_limit",  # tfinit.caffe2._detection names it with the other four
         package("fills", [
             # exact casts; Caffe2's CPU streams in numpy; the op-name table
             ["_exact", "_caffe2_rng", "registry"],
@@ -69,11 +71,15 @@ LAYERS = [
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            ["_layers", "_lstm", "_constants", "_learning_rate"],  # Keras layers for ops; LR
+            # Keras layers for ops (the detection ops' in _detection); LR
+            ["_layers", "_lstm", "_constants", "_learning_rate", "_detection",
+             "_generic_layers"],
             ["_shared"],  # one Keras weight for a blob several ops read
             ["_conv_form"],  # the layers of one Conv
-            ["_ops"],
+            # the op handlers: classification; generic; detection
+            ["_ops", "_generic_ops", "_detection_ops"],
             ["_plan", "_recurrent"],
+            ["_spec"],  # one OpSpec per converted op type
             ["_keras", "_sequence"],  # weights into layers; batch-major sequences
             ["_to_keras"],
             ["_check"],

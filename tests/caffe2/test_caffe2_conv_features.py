@@ -360,10 +360,24 @@ def test_the_shared_weight_round_trips_through_a_keras_file(tmp_path):
     np.testing.assert_array_equal(np.asarray(reloaded(x)), np.asarray(model(x)))
 
 
-def test_a_kernel_read_by_two_ops_is_refused_naming_both():
+def test_convs_repeating_a_kernel_and_its_arguments_reuse_one_layer():
+    """An FPN's RPN head: the same Conv (kernel, bias, arguments) on every level is one
+    Conv2D layer called on each, so its weights are one Keras weight each, as in Caffe2."""
+    w, bias = np.full((1, 1, 1, 1), 2.0, np.float32), np.full((1,), 0.5, np.float32)
+    predict = NetDef(ops=[Operator("Conv", ("X", "w", "c"), ("a",), {"kernel": 1}),
+                          Operator("Conv", ("a", "w", "c"), ("b",), {"kernel": 1})],
+                     external_output=["b"])
+    model = to_keras(predict, {"w": w, "c": bias}, (1, 2, 2))
+    assert [type(layer).__name__ for layer in model.layers].count("Conv2D") == 1
+    assert model.count_params() == 2
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    np.testing.assert_allclose(np.asarray(model(x)), 2 * (2 * x + 0.5) + 0.5)
+
+
+def test_a_kernel_read_by_two_ops_with_other_arguments_is_refused_naming_both():
     w = np.ones((1, 1, 1, 1), np.float32)
     predict = NetDef(ops=[Operator("Conv", ("X", "w"), ("a",), {"kernel": 1}),
-                          Operator("Conv", ("a", "w"), ("b",), {"kernel": 1})],
+                          Operator("Conv", ("a", "w"), ("b",), {"kernel": 1, "stride": 2})],
                      external_output=["b"])
     with pytest.raises(ValueError, match=r"op #0 Conv: unsupported parameter 'w' read by "
                                          r"several ops \(#0 Conv \(input 1\), #1 Conv"):

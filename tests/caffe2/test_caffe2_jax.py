@@ -46,6 +46,13 @@ SCRIPT = textwrap.dedent(
     loaded = load_into_keras(model, {"fc1_w": w, "fc1_b": np.array([0.5, -0.5], "float32")})
     assert loaded.assigned == {"fc1_w": "fc1.kernel", "fc1_b": "fc1.bias"}
     assert np.array_equal(np.asarray(model.get_layer("fc1").kernel), w.T)
+    ids = NetDef(ops=[Operator("LengthsToSegmentIds", ("lengths",), ("ids",))],
+                 external_output=["ids"])
+    try:  # rows that depend on values: refused on JAX, naming the op
+        to_keras(ids, {}, ())
+        raise AssertionError("a data-dependent net converted on JAX")
+    except ValueError as err:
+        assert "#0 LengthsToSegmentIds" in str(err) and "static shapes" in str(err), err
     assert "tensorflow" not in sys.modules
     print("JAX-CAFFE2-OK")
     """

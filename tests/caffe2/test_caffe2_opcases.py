@@ -40,8 +40,8 @@ CASE_TIMEOUT_S = 120  # one case (the first includes importing TensorFlow)
 
 # Refusals docs/caffe2-ops.md lists: (pattern in the message, phrase the docs must hold).
 DOCUMENTED_REFUSALS = [
-    (r"unsupported Caffe2 op\(s\).*: (ConvTranspose|Transpose|Sub|Div|LeakyRelu|PRelu|Clip|"
-     r"Scale|Squeeze|ExpandDims|AveragedLoss|FCTransposed) \(op #0",
+    (r"unsupported Caffe2 op\(s\).*: (Transpose|Sub|Div|LeakyRelu|PRelu|Clip|"
+     r"Scale|Squeeze|AveragedLoss|FCTransposed) \(op #0",
      "| anything else | — | — | refused by type"),
     (r"SpatialBN in training mode \(is_test=0\)", "Training mode (`is_test=0`) is refused"),
     (r"AveragePool with count_include_pad=1", "`count_include_pad=1`"),
@@ -49,8 +49,7 @@ DOCUMENTED_REFUSALS = [
      "`legacy_pad` 1 (`VALID`) and 2 (`SAME`) are refused"),
     (r"legacy_pad=\d \(\w+\) on Conv", "as is any `legacy_pad` on Conv"),
     (r"(Max|Average)Pool with dilation", "| `legacy_pad` 1/2, `count_include_pad=1`, dilation |"),
-    (r"Concat with add_axis", "| `add_axis`, the batch axis |"),
-    (r"Concat along the batch axis", "| `add_axis`, the batch axis |"),
+    (r"Concat with add_axis", "`Caffe2RowConcat` | `axis`, `order` | `add_axis` |"),
     (r"Split with add_axis", "sizes along the batch axis, `add_axis` |"),
     (r"Split along the batch axis \(axis=0\) with sizes",
      "sizes along the batch axis, `add_axis` |"),

@@ -181,10 +181,11 @@ def _refused_net():
         Operator("Conv", ("p2", "w2"), ("d",), {"kernel": 1, **nchw}, engine="DNNLOWP"),
         Operator("Add", ("d", "w2"), ("e",), {"broadcast": 2}),
         Operator("FC", ("e", "fcw", "b"), ("f",), {"axis_w": 4}),
-        Operator("GenerateProposals", ("f", "d"), ("rois",)),
-        Operator("RoIAlign", ("d", "rois"), ("r",)),
-        Operator("BoxWithNMSLimit", ("r",), ("boxes",)),
-        Operator("BBoxTransform", ("boxes",), ("bt",)),
+        # detection ops with no Keras layer (the five of Detectron's nets convert)
+        Operator("RoIPool", ("f", "d"), ("rois",)),
+        Operator("RoIAlignRotated", ("d", "rois"), ("r",)),
+        Operator("PSRoIPool", ("r",), ("boxes",)),
+        Operator("HeatmapMaxKeypoint", ("boxes",), ("bt",)),
         Operator("If", ("bt",), ("i",)),
         Operator("Int8Conv", ("i",), ("q",)),
         Operator("Int8Conv", ("q",), ("q2",)),
@@ -198,10 +199,10 @@ REFUSED = [
     "engine 'DNNLOWP' on Conv (op #3)",
     "Add with broadcast=2 (0 and 1 are converted) (op #4)",
     "FC axis_w=4 (weight 'fcw' of shape (2, 3, 4, 5) takes an int in [-4, 4)) (op #5)",
-    "GenerateProposals (op #6, a detection op)",
-    "RoIAlign (op #7, a detection op)",
-    "BoxWithNMSLimit (op #8, a detection op)",
-    "BBoxTransform (op #9, a detection op)",
+    "RoIPool (op #6, a detection op)",
+    "RoIAlignRotated (op #7, a detection op)",
+    "PSRoIPool (op #8, a detection op)",
+    "HeatmapMaxKeypoint (op #9, a detection op)",
     "If (op #10, control flow)",
     "Int8Conv (ops #11, #12: 2 ops, a quantized Int8 op)",
     "order NHWC in a net of NCHW ops (op #13)",
@@ -219,7 +220,7 @@ def test_one_refusal_lists_every_unsupported_op_and_feature_before_building():
     assert message.startswith("to_keras: unsupported Caffe2 op(s) and op feature(s) in 14 of "
                               "the net's ops: ")
     assert "; ".join(REFUSED) in message
-    assert "Supported op types: Add, AveragePool" in message
+    assert "Supported op types: Add, AffineChannel, AliasWithName, AveragePool" in message
 
 
 def test_inspect_prints_the_same_list(tmp_path, capsys):

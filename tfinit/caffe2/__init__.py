@@ -29,6 +29,16 @@ from tfinit.caffe2._layers import (
     Caffe2ShapeInfo,
     Caffe2Split,
 )
+from tfinit.caffe2._generic_layers import (
+    Caffe2AffineChannel,
+    Caffe2BatchPermutation,
+    Caffe2Cast,
+    Caffe2Gather,
+    Caffe2LengthsToSegmentIds,
+    Caffe2ResizeNearest,
+    Caffe2RowConcat,
+    Caffe2TopK,
+)
 from tfinit.caffe2._lstm import Caffe2LSTM
 from tfinit.caffe2._sequence import Caffe2TimeMajor
 from tfinit.caffe2._learning_rate import Caffe2LearningRate, learning_rate
@@ -36,6 +46,14 @@ from tfinit.caffe2._learning_rate import policies as learning_rate_policies
 
 __all__ = [
     "BlobCheck",
+    "Caffe2AffineChannel",
+    "Caffe2BatchPermutation",
+    "Caffe2Cast",
+    "Caffe2Gather",
+    "Caffe2LengthsToSegmentIds",
+    "Caffe2ResizeNearest",
+    "Caffe2RowConcat",
+    "Caffe2TopK",
     "Caffe2Broadcast",
     "Caffe2ChannelShuffle",
     "Caffe2LRN",

@@ -99,8 +99,19 @@ def inspect(path, seed=None, init_net=None, error=ValueError, progress=False, ma
 def _print_convertible(net, params, with_init_net):
     """``convertible: yes/no`` for ``to_keras`` and, for no, every unsupported op/feature."""
     from tfinit.caffe2._plan import grouped
+    from tfinit.caffe2._spec import data_dependent, detection_ops
     from tfinit.caffe2._to_keras import problems
 
+    used = detection_ops(net)
+    if used:
+        print("detection ops: " + ", ".join(
+            f"{op_type} ({', '.join(f'#{k}' for k in indices)}: "
+            f"{'converted' if converted else 'not converted'})"
+            for op_type, indices, converted in used))
+    dependent = data_dependent(net)
+    if dependent:
+        print(f"data-dependent rows: {', '.join(f'#{k} {t}' for k, t in dependent)} "
+              "(TensorFlow backend; refused on JAX)")
     found = problems(net, params)
     if not found:
         note = "" if with_init_net else " (without --init-net, parameters are not checked)"

@@ -21,8 +21,8 @@ import dataclasses
 
 import keras
 
-from tfinit.caffe2._op_args import padded_shape
-from tfinit.caffe2._shared import shared_operand
+from tfinit.caffe2._op_args import Unsupported, padded_shape
+from tfinit.caffe2._shared import conv_key, shared_operand
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +70,8 @@ def conv_layers(b, op, x, weights, name, window, group):
 
     ``weights``: ``(kernel blob, output channels, bias blob or None)``; ``window``: Caffe2's
     ``(kernel, stride, dilation, pads)``. A bias that other ops read too is added as the
-    blob's one shared weight (``_shared``).
+    blob's one shared weight (``_shared``). A Conv repeating an earlier one's parameters and
+    arguments reuses its ``Conv2D`` layer (``b.conv_layers``).
     """
     w_blob, out_channels, bias = weights
     kernel, stride, dilation, pads = window
@@ -84,13 +85,22 @@ def conv_layers(b, op, x, weights, name, window, group):
         x = keras.layers.Cropping2D(((0, 0), (0, form.crop_right)),
                                     name=b.name(name + "_crop"))(x)
     shared = bias in b.shared
-    layer = keras.layers.Conv2D(
-        out_channels, kernel, strides=form.strides, padding="valid", dilation_rate=dilation,
-        groups=group, use_bias=bias is not None and not shared, name=name,
-    )
-    b.routes[name] = {"kernel": w_blob}
-    if bias is not None and not shared:
-        b.routes[name]["bias"] = bias
+    key = conv_key(op)
+    layer = b.conv_layers.get(key)
+    if layer is None:
+        layer = keras.layers.Conv2D(
+            out_channels, kernel, strides=form.strides, padding="valid",
+            dilation_rate=dilation, groups=group, use_bias=bias is not None and not shared,
+            name=name,
+        )
+        b.conv_layers[key] = layer
+        b.routes[name] = {"kernel": w_blob}
+        if bias is not None and not shared:
+            b.routes[name]["bias"] = bias
+    elif tuple(layer.strides) != tuple(form.strides):
+        raise Unsupported(f"Conv repeating the parameters of layer '{layer.name}' on an "
+                          f"input that needs strides {form.strides} instead of "
+                          f"{tuple(layer.strides)} (the oneDNN workaround)")
     if form.subsample != (1, 1):
         b.check_size(op, "its output at stride 1 (before subsampling)",
                      (None, *form.stride1_shape, out_channels))

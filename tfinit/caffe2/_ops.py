@@ -59,6 +59,8 @@ class Builder:
         self.io_layout = layout  # the layout of the model's 4-D inputs and outputs
         self.shared = {}  # parameter read by several ops -> their indices (one weight)
         self.param_tensors = {}  # shared parameter -> its Caffe2Parameter's output
+        self.bbox_rois = set()  # blobs a BBoxTransform reads as rois
+        self.conv_layers = {}  # _shared.conv_key -> the Conv2D layer its Convs reuse
 
     def input_hint(self, received):
         """A hint for an image ``input_shape`` that looks given in the other layout."""
@@ -335,9 +337,7 @@ def _dropout(b, op, x):
 def _concat(b, op, *xs):
     if op.args.get("add_axis", 0):
         raise Unsupported("Concat with add_axis")
-    axis = b.axis(op, xs[0], b.order_axis(op))
-    if axis == 0:
-        raise Unsupported("Concat along the batch axis")
+    axis = b.axis(op, xs[0], b.order_axis(op))  # axis 0: _generic_ops.row_concat (_spec)
     if len(op.outputs) != 2:
         raise ValueError(_two_outputs(op, "split_info"))
     y = keras.layers.Concatenate(axis=axis, name=b.name(op.outputs[0]))(list(xs))

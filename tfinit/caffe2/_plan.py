@@ -1,7 +1,7 @@
 """What of a predict net ``to_keras`` cannot convert, found before any layer is built.
 
 :func:`problems` looks at every op (its type, engine, ``order`` and the arguments
-``_ops.STATIC_CHECKS`` reads, with the parameters' shapes) and returns one
+its spec's static checks read, with the parameters' shapes) and returns one
 :class:`Problem` per unsupported op or op feature; :func:`refusal` makes the one message
 that names them all, grouped, each with its op indices and count. ``to_keras`` raises it
 and ``tfinit inspect`` prints the same list ("convertible: yes/no").
@@ -53,7 +53,8 @@ def problems(net, params, handled):
     """Every unsupported op type and op feature of ``net``, in op order.
 
     ``params``: ``{blob: array}`` of the init net (FC weights' shapes are checked);
-    ``handled``: the op types to_keras converts.
+    ``handled``: ``{op type: OpSpec}`` of the op types to_keras converts (``_spec.SPECS``),
+    whose ``checks`` run here.
     """
     found = []
     layouts = [_order(op) for op in net.ops if op.type in _ops.LAYOUT_OPS]
@@ -72,7 +73,7 @@ def problems(net, params, handled):
             else:
                 if op.type in _ops.LAYOUT_OPS and main is not None and order != main:
                     found.append(Problem(k, op.type, f"order {order} in a net of {main} ops"))
-        for check in _ops.STATIC_CHECKS.get(op.type, ()):
+        for check in handled[op.type].checks:
             try:
                 check(op, params)
             except _ops.Unsupported as err:

@@ -2,7 +2,8 @@
 
 Caffe2 trains a blob once, with the sum of the gradients of the ops that read it (DeepDetect's
 Inception-BN reads each ``conv_*_b`` as the Conv's bias and as its Scale layer's Add
-parameter). :func:`shared_blobs` finds the parameters read by more than one op; such a blob
+parameter). :func:`shared_blobs` finds the parameters read by more than one op (a Conv that
+repeats another's kernel, bias and arguments reuses its layer instead); such a blob
 becomes one :class:`Caffe2Parameter` whose output every reader adds or multiplies with a
 ``Caffe2Broadcast(..., weight_input=True)``. A shared blob is converted where it is a bias or a
 broadcast operand (Conv and FC biases, the parameter of Add, Mul and Sum); read in another
@@ -25,10 +26,33 @@ def _shareable(op_type, slot):
     return op_type in _ELEMENTWISE or _BIAS_SLOTS.get(op_type) == slot
 
 
-def shared_blobs(net, params, param_slots):
+def conv_key(op):
+    """What makes two Convs one layer: the same parameter blobs, arguments and engine."""
+    args = tuple(sorted((name, repr(value.tolist() if isinstance(value, np.ndarray) else value))
+                        for name, value in op.args.items()))
+    return tuple(op.inputs[1:]), args, op.engine
+
+
+def repeated_convs(net):
+    """The indices of the Convs that repeat an earlier Conv's parameters and arguments (an
+    FPN's RPN head, run on every level): they reuse its Keras ``Conv2D`` layer, so its
+    kernel and bias are one weight each, as in Caffe2."""
+    first, repeats = {}, set()
+    for k, op in enumerate(net.ops):
+        if op.type == "Conv" and len(op.inputs) > 1:
+            key = conv_key(op)
+            if key in first:
+                repeats.add(k)
+            first.setdefault(key, k)
+    return repeats
+
+
+def shared_blobs(net, params, param_slots, repeats=()):
     """The parameters of ``net`` that more than one op reads: ``{blob: [op indices]}``.
 
-    ``param_slots(op, params, written)`` gives an op's parameter input indices.
+    ``param_slots(op, params, written)`` gives an op's parameter input indices;
+    ``repeats``: ops that reuse an earlier op's layer (:func:`repeated_convs`), whose
+    parameters are that layer's.
 
     Raises:
         ValueError: a shared blob read as something other than a bias or a broadcast
@@ -36,7 +60,7 @@ def shared_blobs(net, params, param_slots):
     """
     readers, slots, written = collections.defaultdict(list), {}, set()
     for k, op in enumerate(net.ops):
-        if op.type not in _NOT_WEIGHTS:
+        if op.type not in _NOT_WEIGHTS and k not in repeats:
             for j in sorted(param_slots(op, params, written)):
                 blob = op.inputs[j]
                 if blob in params and k not in readers[blob]:

@@ -10,17 +10,17 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from tfinit.caffe2 import _ops, _plan, _sequence
+from tfinit.caffe2 import _ops, _plan, _sequence, _spec
 from tfinit.caffe2._fill import load_init_net
 from tfinit.caffe2._keras import load_into_keras
 from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
 from tfinit.caffe2._progress import Progress, check_verbose
-from tfinit.caffe2._recurrent import lengths_input, lstm, param_slots
+from tfinit.caffe2._recurrent import lengths_input
 from tfinit.caffe2._sequence import LENGTHS, SEQUENCE, STATE
-from tfinit.caffe2._shared import shared_blobs
+from tfinit.caffe2._shared import repeated_convs, shared_blobs
 
-_HANDLERS = {**_ops.HANDLERS, "RecurrentNetwork": lstm}
+_SPECS = _spec.SPECS  # one OpSpec per converted op type
 _FORMATS = {"channels_first": _ops.NCHW, "channels_last": _ops.NHWC}
 
 
@@ -44,27 +44,20 @@ def supported_ops():
     >>> "Im2Col" in converted_ops()
     False
     """
-    return sorted(_HANDLERS)
+    return sorted(_SPECS)
 
 
 def problems(net, params):
     """What of ``net`` to_keras does not convert (:class:`_plan.Problem` each); [] if none."""
-    return _plan.problems(net, params, _HANDLERS)
+    return _plan.problems(net, params, _SPECS)
 
 
 def _param_slots(op, params=(), written=()):
-    """Indices of ``op``'s inputs that are parameters: the weight slots of FC, Conv, ...;
-    for Add/Mul/Sum the inputs the init net fills (``params``) that no earlier op or data
-    input wrote (``written``)."""
-    if op.type == "RecurrentNetwork":
-        return param_slots(op)
-    if op.type in _ops.ELEMENTWISE:
-        slots = {k for k, blob in enumerate(op.inputs) if blob in params and blob not in written}
-        return slots - {0} if len(slots) == len(op.inputs) else slots  # one input is data
-    if op.type == "Reshape":  # a shape from the init net is a parameter, not data
-        return {1} if len(op.inputs) > 1 and op.inputs[1] in params else set()
-    first = _ops.PARAM_SLOTS.get(op.type)
-    return set() if first is None else set(range(first, len(op.inputs)))
+    """Indices of ``op``'s inputs that are parameters (its spec's ``params``): the weight
+    slots of FC, Conv, ...; for Add/Mul/Sum the inputs the init net fills (``params``)
+    that no earlier op or data input wrote (``written``)."""
+    spec = _SPECS.get(op.type)
+    return set() if spec is None else set(spec.params(op, params, written))
 
 
 def data_inputs(net, params=()):
@@ -91,9 +84,13 @@ def _op_error(k, op, err):
 
 
 def _int_inputs(net):
-    """Data inputs read as integers (a RecurrentNetwork's seq_lengths)."""
+    """Data inputs read as integers (a RecurrentNetwork's seq_lengths, Gather's indices,
+    ...: the ``int_inputs`` slots of the ops' specs)."""
     ints = set()
     for k, op in enumerate(net.ops):
+        spec = _SPECS.get(op.type)
+        ints.update(op.inputs[j] for j in (spec.int_inputs if spec else ())
+                    if j < len(op.inputs))
         if op.type == "RecurrentNetwork":
             try:
                 ints.add(lengths_input(op))
@@ -153,10 +150,7 @@ def _given_shapes(input_shape, data, roles):
         raise ValueError(f"Argument `input_shape` must be a mapping {{blob: shape}}: the net "
                          f"reads {len(data)} data inputs {data}. Received: "
                          f"input_shape={input_shape!r}")
-    shape = _shape(input_shape, "", roles.get(data[0]) == SEQUENCE)
-    if not shape:
-        raise ValueError(f"Argument `input_shape` must not be empty for '{data[0]}'.")
-    return {data[0]: shape}
+    return {data[0]: _shape(input_shape, "", roles.get(data[0]) == SEQUENCE)}
 
 
 def _interface(b, tensor, base, inbound):
@@ -184,13 +178,15 @@ def _run_op(b, k, op):
     try:
         if not op.outputs or not op.inputs:
             raise ValueError("an op needs an input and an output blob")
+        spec = _SPECS[op.type]
+        spec.check_arity(op)
         params = _param_slots(op, b.params, b.blobs)
         activations = [blob for j, blob in enumerate(op.inputs) if j not in params]
         missing = [blob for blob in activations if blob not in b.blobs]
         if missing and op.type != "RecurrentNetwork":
             raise ValueError(f"reads {missing}, which no earlier op wrote")
         xs = [b.blobs.get(blob) for blob in activations]
-        results = _HANDLERS[op.type](b, op, *xs)
+        results = spec.build(b, op, *xs)
         if not isinstance(results, tuple):
             results = (results,)
         for blob, tensor in zip(op.outputs, results):
@@ -295,13 +291,14 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
     if not isinstance(time_major, (bool, np.bool_)):
         raise TypeError(f"Argument `time_major` must be a bool. Received: "
                         f"time_major={time_major!r}")
-    refusal = _plan.refusal(problems(net, params), _HANDLERS)
+    refusal = _plan.refusal(problems(net, params), _SPECS)
     if refusal:
         raise ValueError(refusal)
     try:
         layout = net_layout(net)
     except _ops.Unsupported as err:
         raise ValueError(f"to_keras: unsupported {err}.") from None
+    _check_backend(net)
     ints = _int_inputs(net)
     data = data_inputs(net, params)
     if not data:
@@ -310,9 +307,11 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
     shapes = _input_shapes(input_shape, data, roles)
     b = _ops.Builder(params, layout, limit)
     b.input_roles, b.roles, b.reserved = roles, {}, set()
-    b.shared = shared_blobs(net, params, _param_slots)  # one weight for each (_shared)
+    b.shared = shared_blobs(net, params, _param_slots,  # one weight for each (_shared)
+                            repeats=repeated_convs(net))
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
+    b.bbox_rois = _spec.bbox_rois(net)  # Collect's rois grouped by image (_detection_ops)
     b.input_shapes = shapes
     b.inputs = []
     for blob in data:
@@ -331,6 +330,19 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
         _run_op(b, k, op)
         bar.update(k + 1)
     return b
+
+
+def _check_backend(net):
+    """JAX compiles with static shapes: a net whose outputs' row counts depend on input
+    values (proposals, detections), or with a detection op, converts on TensorFlow only
+    (docs/caffe2-ops.md)."""
+    dependent = _spec.data_dependent(net)
+    if dependent and keras.backend.backend() != "tensorflow":
+        ops = ", ".join(f"#{k} {op_type}" for k, op_type in dependent)
+        raise ValueError(f"to_keras: the net has ops whose output rows depend on the input "
+                         f"values ({ops}); the {keras.backend.backend()} backend needs static "
+                         f"shapes, so such nets convert on the TensorFlow backend only "
+                         f"(KERAS_BACKEND=tensorflow).")
 
 
 def _model(b, name, results):

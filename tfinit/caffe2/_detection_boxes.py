@@ -1,0 +1,199 @@
+"""The box arithmetic and NMS of Caffe2's detection operators, in TensorFlow ops, and the
+base of their Keras layers (``tfinit/caffe2/_detection.py``).
+
+``bbox_transform``, ``clip_boxes``, the IoU and the two NMS loops compute what Caffe2 1.8.1's
+``utils`` (``generate_proposals_op_util_boxes.h``, ``..._nms.h``) compute, in the same float32
+order of operations; ``legacy_plus_one`` is Detectron's ``+1`` in widths and areas.
+"""
+
+import math
+
+import keras
+import numpy as np
+
+from tfinit import _backend
+
+# Caffe2's utils::BBOX_XFORM_CLIP_DEFAULT, log(1000 / 16) in double, read as float
+BBOX_XFORM_CLIP = float(np.float32(math.log(1000.0 / 16.0)))
+
+
+FEATURE = "tfinit.caffe2's detection layers"
+
+
+def _check_backend(layer):
+    if _backend.name() != "tensorflow":
+        raise ValueError(f"{type(layer).__name__} needs Keras's TensorFlow backend: its outputs "
+                         f"have data-dependent row counts (proposals, detections), which the "
+                         f"static shapes of the {_backend.name()!r} backend cannot hold. Set "
+                         f"KERAS_BACKEND=tensorflow to convert detection nets.")
+
+
+def f32(tf, value):
+    return tf.constant(np.float32(value))
+
+
+def per_image(tf, count, fn, specs):
+    """Run ``fn(i)`` for each image ``i < count`` and concatenate each of its outputs along
+    axis 0 (``specs``: ``(dtype, element shape)`` of each output)."""
+    arrays = [tf.TensorArray(dtype, size=count, infer_shape=False, element_shape=shape)
+              for dtype, shape in specs]
+
+    def body(i, *arrays):
+        return (i + 1, *[a.write(i, v) for a, v in zip(arrays, fn(i))])
+
+    _, *arrays = tf.while_loop(lambda i, *_: i < count, body, (tf.constant(0), *arrays))
+    outs = []
+    for (dtype, shape), array in zip(specs, arrays):
+        empty = tf.zeros([0, *shape[1:]], dtype)
+        outs.append(tf.cond(count > 0, lambda a=array: a.concat(), lambda e=empty: e))
+    return outs
+
+
+def bbox_transform(tf, boxes, deltas, weights, plus_one):
+    """Caffe2's ``utils::bbox_transform`` (upright boxes): ``boxes`` ``[R, 4]`` moved by
+    ``deltas`` ``[R, 4]``; widths are ``x2 - x1 + plus_one``, dw/dh are capped at
+    ``BBOX_XFORM_CLIP`` before ``exp``, and ``plus_one`` is taken off x2/y2."""
+    one = f32(tf, float(plus_one))
+    half = f32(tf, 0.5)
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    widths = x2 - x1 + one
+    heights = y2 - y1 + one
+    ctr_x = x1 + half * widths
+    ctr_y = y1 + half * heights
+    dx, dy, dw, dh = tf.unstack(deltas, 4, axis=1)
+    wx, wy, ww, wh = (f32(tf, w) for w in weights)
+    clip = f32(tf, BBOX_XFORM_CLIP)
+    dx, dy = dx / wx, dy / wy
+    dw, dh = tf.minimum(dw / ww, clip), tf.minimum(dh / wh, clip)
+    pred_ctr_x = dx * widths + ctr_x
+    pred_ctr_y = dy * heights + ctr_y
+    pred_w = tf.exp(dw) * widths
+    pred_h = tf.exp(dh) * heights
+    return tf.stack([pred_ctr_x - half * pred_w, pred_ctr_y - half * pred_h,
+                     pred_ctr_x + half * pred_w - one, pred_ctr_y + half * pred_h - one], axis=1)
+
+
+def clip_boxes(tf, boxes, height, width, plus_one):
+    """Caffe2's ``utils::clip_boxes``: x into ``[0, width - plus_one]``, y into
+    ``[0, height - plus_one]`` (``height``/``width`` float32 scalars, already integers)."""
+    one = f32(tf, float(plus_one))
+    x_max, y_max = width - one, height - one
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    zero = f32(tf, 0.0)
+    return tf.stack([tf.maximum(tf.minimum(x1, x_max), zero),
+                     tf.maximum(tf.minimum(y1, y_max), zero),
+                     tf.maximum(tf.minimum(x2, x_max), zero),
+                     tf.maximum(tf.minimum(y2, y_max), zero)], axis=1)
+
+
+def _overlaps(tf, boxes, areas, i, plus_one):
+    """IoU of box ``i`` with every box, Caffe2's ``nms_cpu`` arithmetic (NaN for two empty
+    boxes: ``0 / 0``)."""
+    one = f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    w = tf.maximum(tf.minimum(x2, x2[i]) - tf.maximum(x1, x1[i]) + one, 0.0)
+    h = tf.maximum(tf.minimum(y2, y2[i]) - tf.maximum(y1, y1[i]) + one, 0.0)
+    inter = w * h
+    return inter / (areas[i] + areas - inter)
+
+
+def _areas(tf, boxes, plus_one):
+    one = f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+    return (x2 - x1 + one) * (y2 - y1 + one)
+
+
+def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=None):
+    """Caffe2's ``nms_cpu`` over candidates in priority order, every class at once.
+
+    ``boxes`` ``[K, 4]`` are sorted by class, then by score from high to low; ``alive``
+    ``[K]`` marks the candidates; ``classes`` ``[K]`` int32 in ``[0, num_classes)``. Per
+    class, the first alive candidate is kept, and every later one of its class whose IoU
+    with it is not ``<= thresh`` (so NaN suppresses) is dropped, until none is left or the
+    class has ``limit`` kept. The classes are independent, so each step of the loop keeps
+    one candidate of every class that has one left (the steps are the most any class
+    keeps, not the total). Returns the kept mask ``[K]``.
+    """
+    k = tf.shape(boxes)[0]
+    index = tf.range(k)
+    areas = _areas(tf, boxes, plus_one)
+    thresh = f32(tf, thresh)
+    one = f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(boxes, 4, axis=1)
+
+    def body(alive, kept, counts):
+        first = tf.math.unsorted_segment_min(tf.where(alive, index, k), classes, num_classes)
+        has = first < k
+        pick = tf.minimum(first, tf.maximum(k - 1, 0))
+        own = tf.gather(pick, classes)  # each candidate's class's kept box
+        is_pick = alive & tf.equal(index, own)
+        w = tf.maximum(tf.minimum(x2, tf.gather(x2, own)) - tf.maximum(x1, tf.gather(x1, own))
+                       + one, 0.0)
+        h = tf.maximum(tf.minimum(y2, tf.gather(y2, own)) - tf.maximum(y1, tf.gather(y1, own))
+                       + one, 0.0)
+        inter = w * h
+        ovr = inter / (tf.gather(areas, own) + areas - inter)
+        # Caffe2 keeps `ovr <= thresh`: NaN suppresses. Spelled without logical_not, which
+        # TensorFlow's graph optimizer may fold into `ovr > thresh` (NaN kept).
+        suppressed = (ovr > thresh) | tf.math.is_nan(ovr)
+        alive = alive & tf.logical_not(suppressed | is_pick)
+        counts = counts + tf.cast(has, tf.int32)
+        if limit is not None:
+            alive = alive & (tf.gather(counts, classes) < limit)
+        return alive, kept | is_pick, counts
+
+    _, kept, _ = tf.while_loop(
+        lambda alive, *_: tf.reduce_any(alive), body,
+        (alive, tf.zeros([k], tf.bool), tf.zeros([num_classes], tf.int32)))
+    return kept
+
+
+def soft_nms(tf, boxes, scores, alive, classes, method, sigma, overlap_thresh, min_score,
+             plus_one):
+    """Caffe2's ``soft_nms_cpu`` per class (``method`` "linear" or "gaussian").
+
+    Candidates ``[K]`` are grouped by class (ascending). Within the lowest class with
+    candidates pending, the highest current score is kept (the first on ties); the others
+    of its class are rescored by ``1 - IoU`` where IoU ``> overlap_thresh`` (linear) or by
+    ``exp(-IoU^2 / sigma)`` (gaussian), and those falling under ``min_score`` are dropped.
+    Returns ``(kept indices in the order kept, the rescored scores [K])``.
+    """
+    k = tf.shape(boxes)[0]
+    index = tf.range(k)
+    areas = _areas(tf, boxes, plus_one)
+    overlap_thresh, min_score = f32(tf, overlap_thresh), f32(tf, min_score)
+
+    def body(pending, current, kept):
+        first = tf.argmax(tf.cast(pending, tf.int32), output_type=tf.int32)
+        group = pending & tf.equal(classes, classes[first])
+        masked = tf.where(group, current, tf.fill([k], -np.inf))
+        i = tf.argmax(masked, output_type=tf.int32)
+        ovr = _overlaps(tf, boxes, areas, i, plus_one)
+        if method == "linear":
+            weight = tf.where(ovr > overlap_thresh, 1.0 - ovr, tf.ones_like(ovr))
+        else:
+            ovr64 = tf.cast(ovr, tf.float64)
+            weight = tf.cast(tf.exp(-1.0 * ovr64 * ovr64 / float(np.float32(sigma))),
+                             tf.float32)
+        rest = group & tf.not_equal(index, i)
+        current = tf.where(rest, current * weight, current)
+        pending = (pending & tf.logical_not(group)) | (rest & (current >= min_score))
+        return pending, current, kept.write(kept.size(), i)
+
+    _, current, kept = tf.while_loop(
+        lambda pending, *_: tf.reduce_any(pending), body,
+        (alive, scores, tf.TensorArray(tf.int32, size=0, dynamic_size=True)))
+    return kept.stack(), current
+
+
+class DetectionLayer(keras.layers.Layer):
+    """The base of the detection layers: TensorFlow only (refused at construction)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        _check_backend(self)  # refuses another backend here, at construction
+
+    @property
+    def _tf(self):
+        # not stored on the layer: Keras and tf.function would track the module
+        return _backend.tensorflow(FEATURE)
