@@ -429,6 +429,23 @@ def track_optimizer_variable(optimizer, variable):
     optimizer._track_variable(variable)
 
 
+def compiled_optimizer(model):
+    # Public stand-in: `model.get_compile_config()["optimizer"]`, which is serialized (a new
+    # object once deserialized); tfinit needs the very object `compile` was handed (resolved
+    # from a string), to tell it from the LossScaleOptimizer Keras's compile wraps it in.
+    """The optimizer object ``model.compile`` was last handed (resolved), or None."""
+    config = getattr(model, "_compile_config", None)
+    return None if config is None else config.config.get("optimizer")
+
+
+def set_compiled_optimizer(model, optimizer):
+    # Public stand-in: none; `compile` records the optimizer it was handed for
+    # `get_compile_config` (what a `.keras` file stores and `compile_from_config` rebuilds).
+    # An optimizer tfinit puts in after `compile` ran must be recorded there too.
+    """Make ``optimizer`` the one ``model.get_compile_config()`` reports."""
+    model._compile_config.config["optimizer"] = optimizer
+
+
 def layers_with_policy_named(name):
     # Public stand-in: none. Keras rebuilds a layer from a saved config with its dtype policy's
     # *name* (Operation.from_config), so a layer rebuilt in a scope on JAX holds a plain

@@ -102,7 +102,9 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
             "broadcast bfloat16 initial values between workers). Use compute_dtype="
             "'float16' there; bfloat16 works under MirroredStrategy."
         )
-    state = _state.ScopeState(spec, strategy, PairPolicy(spec.compute_dtype, spec.mode))
+    policy = PairPolicy(spec.compute_dtype, spec.mode)
+    policy.spec = spec  # how the master is stored included (master="split")
+    state = _state.ScopeState(spec, strategy, policy)
     try:
         with _activated(state):
             yield
