@@ -127,6 +127,22 @@ class HookedKerasVariable(keras.Variable):
         return super()._maybe_autocast(value)
 
 
+class WideningKerasVariable(keras.Variable):
+    # Public stand-in: none. Inside a layer call Keras reads a variable through
+    # `Variable._maybe_autocast` (also the value a `StatelessScope` holds for it, on JAX),
+    # with no hook to give a layer that does not autocast a wider read.
+    """A Keras variable whose subclasses may read as float32 inside layer calls (JAX, torch)."""
+
+    def widens_in_layer_call(self):
+        """Whether a layer call reads this variable cast to float32."""
+        return False
+
+    def _maybe_autocast(self, value):
+        if self._autocast and in_layer_call() and self.widens_in_layer_call():
+            return keras.ops.cast(value, "float32")
+        return super()._maybe_autocast(value)
+
+
 def keras_tensor_origin(tensor):
     # Public stand-in: `Layer.input` names only the inputs of a layer's first call; which call
     # produced a symbolic tensor is recorded only in its `_keras_history`.
@@ -146,6 +162,13 @@ def in_layer_call():
     # Public stand-in: none; Keras records the call context of the layer being called.
     """Whether a Keras layer's ``call`` is running (in this thread)."""
     return global_state.get_global_attribute("current_call_ctx") is not None
+
+
+def called_inside_another_layer(layer):
+    # Public stand-in: none; Keras's call context records the outermost layer being called.
+    """Whether ``layer`` is being called from inside another layer's call (not the entry)."""
+    context = global_state.get_global_attribute("current_call_ctx")
+    return context is not None and context.entry_layer is not layer
 
 
 def layer_being_built():
