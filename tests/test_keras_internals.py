@@ -415,3 +415,48 @@ def test_release_value_on_jax():
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"
+
+
+def test_compiled_optimizer_is_the_object_compile_was_handed_and_is_reported():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    given = internals.compiled_optimizer(model)
+    assert given is model.optimizer and isinstance(given, keras.optimizers.SGD), MOVED
+    replacement = keras.optimizers.Adam(0.5)
+    internals.set_compiled_optimizer(model, replacement)
+    config = model.get_compile_config()["optimizer"]
+    assert config["class_name"] == "Adam" and config["config"]["learning_rate"] == 0.5, MOVED
+    assert internals.compiled_optimizer(keras.Sequential()) is None, MOVED
+
+
+def test_called_inside_another_layer_tells_a_nested_call_from_the_entry():
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            seen.append(internals.called_inside_another_layer(self))
+            return x
+
+    probe = Probe()
+    outer = keras.Sequential([keras.Input((2,)), probe])
+    probe(np.ones((1, 2), "f4"))
+    outer(np.ones((1, 2), "f4"))
+    assert seen[0] is False and seen[-1] is True, (seen, MOVED)
+
+
+def test_widening_variable_reads_float32_inside_a_layer_call_only():
+    class Wide(internals.WideningKerasVariable):
+        def widens_in_layer_call(self):
+            return True
+
+    class Reader(keras.layers.Layer):
+        def call(self, x):
+            return self.v.value  # Keras's read (JAX and torch read every variable this way)
+
+    reader = Reader(dtype="bfloat16")
+    reader.v = reader.add_weight(shape=(2,), initializer="ones")
+    internals.make_instance_of(reader.v, Wide)
+    assert reader.v.dtype == "bfloat16"
+    assert keras.backend.standardize_dtype(
+        reader(np.ones((2,), "f4")).dtype) == "float32", MOVED
+    assert keras.backend.standardize_dtype(reader.v.value.dtype) == "bfloat16", MOVED

@@ -58,11 +58,12 @@ LAYERS = [
             ["_pair_kinds", "_caffe2_sgd", "_state", "_weight_files", "_jax_split",
              "_replica_checks"],
             # TensorFlow's pair records; the layers' dtype policy; what both backends'
-            # MasterWeightOptimizer and scope share (no TensorFlow)
-            ["_pairs", "_policy", "_optimizer_core", "_scope_hooks"],
+            # MasterWeightOptimizer shares (no TensorFlow)
+            ["_pairs", "_policy", "_optimizer_core"],
             # checkpoints and Keras variables on TensorFlow; JAX/torch: the pair records made
-            # from built layers (no variable creator there)
-            ["_checkpoint", "_variable", "_jax_pairs"],
+            # from built layers (no variable creator there); what both scopes set on the
+            # layers and models they construct or load (finds them through the policy)
+            ["_checkpoint", "_variable", "_jax_pairs", "_scope_hooks"],
             # each backend's optimizer; the backend's pair functions, chosen once
             ["_optimizer", "_jax_optimizer", "_pair_store"],
             # each backend's scope; the public functions over pairs (one code path)

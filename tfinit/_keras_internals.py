@@ -127,6 +127,22 @@ class HookedKerasVariable(keras.Variable):
         return super()._maybe_autocast(value)
 
 
+class WideningKerasVariable(keras.Variable):
+    # Public stand-in: none. Inside a layer call Keras reads a variable through
+    # `Variable._maybe_autocast` (also the value a `StatelessScope` holds for it, on JAX),
+    # with no hook to give a layer that does not autocast a wider read.
+    """A Keras variable whose subclasses may read as float32 inside layer calls (JAX, torch)."""
+
+    def widens_in_layer_call(self):
+        """Whether a layer call reads this variable cast to float32."""
+        return False
+
+    def _maybe_autocast(self, value):
+        if self._autocast and in_layer_call() and self.widens_in_layer_call():
+            return keras.ops.cast(value, "float32")
+        return super()._maybe_autocast(value)
+
+
 def keras_tensor_origin(tensor):
     # Public stand-in: `Layer.input` names only the inputs of a layer's first call; which call
     # produced a symbolic tensor is recorded only in its `_keras_history`.
@@ -146,6 +162,13 @@ def in_layer_call():
     # Public stand-in: none; Keras records the call context of the layer being called.
     """Whether a Keras layer's ``call`` is running (in this thread)."""
     return global_state.get_global_attribute("current_call_ctx") is not None
+
+
+def called_inside_another_layer(layer):
+    # Public stand-in: none; Keras's call context records the outermost layer being called.
+    """Whether ``layer`` is being called from inside another layer's call (not the entry)."""
+    context = global_state.get_global_attribute("current_call_ctx")
+    return context is not None and context.entry_layer is not layer
 
 
 def layer_being_built():
@@ -427,6 +450,23 @@ def track_optimizer_variable(optimizer, variable):
     # masters that exist since the layers were built, so they become its (donated) state.
     """Make the existing ``variable`` one of ``optimizer.variables``."""
     optimizer._track_variable(variable)
+
+
+def compiled_optimizer(model):
+    # Public stand-in: `model.get_compile_config()["optimizer"]`, which is serialized (a new
+    # object once deserialized); tfinit needs the very object `compile` was handed (resolved
+    # from a string), to tell it from the LossScaleOptimizer Keras's compile wraps it in.
+    """The optimizer object ``model.compile`` was last handed (resolved), or None."""
+    config = getattr(model, "_compile_config", None)
+    return None if config is None else config.config.get("optimizer")
+
+
+def set_compiled_optimizer(model, optimizer):
+    # Public stand-in: none; `compile` records the optimizer it was handed for
+    # `get_compile_config` (what a `.keras` file stores and `compile_from_config` rebuilds).
+    # An optimizer tfinit puts in after `compile` ran must be recorded there too.
+    """Make ``optimizer`` the one ``model.get_compile_config()`` reports."""
+    model._compile_config.config["optimizer"] = optimizer
 
 
 def layers_with_policy_named(name):

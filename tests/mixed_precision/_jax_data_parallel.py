@@ -119,4 +119,25 @@ assert mp.replica_mismatches(model) == [f"{path}: master differs between replica
                                         f"{path}: copy != cast(master) on replica 1"], \
     mp.replica_mismatches(model)
 print("replica_mismatches: a replica changed on one device is found")
+# compile inside the scope (a string, the mission's pattern), fit after it: the optimizer
+# compile chose is wrapped and the masters are Keras mixed_bfloat16's under DataParallel
+keras.config.set_dtype_policy("mixed_bfloat16")
+try:
+    oracle = make()
+    oracle.set_weights(start)
+    oracle.compile(optimizer="adam", loss="mse")
+finally:
+    keras.config.set_dtype_policy("float32")
+oracle.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
+    model = make()
+    mp.set_master_weights(model, start)
+    model.compile(optimizer="adam", loss="mse")
+assert isinstance(model.optimizer, mp.MasterWeightOptimizer), model.optimizer
+assert type(model.optimizer.inner_optimizer) is keras.optimizers.Adam
+model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+masters = mp.get_master_weights(model)
+assert not np.array_equal(masters[0], start[0])
+assert [m.tobytes() for m in masters] == [w.tobytes() for w in oracle.get_weights()]
+print("compile inside the scope: wrapped, masters bit-identical to Keras mixed")
 print("OK")

@@ -102,4 +102,36 @@ for v in paired:
     i = _pairs.pair_of(v)
     for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values):
         np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
+# The mission's pattern: compile inside both scopes with a string; fit after them. The
+# optimizer compile chose is wrapped (when the block exits) and the masters train as Keras
+# mixed_bfloat16's weights do under the same strategy.
+def build():
+    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
+                             keras.layers.Dense(1)])
+
+
+keras.utils.set_random_seed(5)
+start = build().get_weights()
+xs, ys = np.random.default_rng(5).normal(size=(2, 16, 3)).astype("float32")
+ys = ys[:, :1]
+keras.config.set_dtype_policy("mixed_bfloat16")
+try:
+    with strategy.scope():
+        oracle = build()
+        oracle.set_weights(start)
+        oracle.compile(optimizer="adam", loss="mse")
+finally:
+    keras.config.set_dtype_policy("float32")
+oracle.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0)
+with strategy.scope(), mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
+    model = build()
+    mp.set_master_weights(model, start)
+    model.compile(optimizer="adam", loss="mse")
+assert isinstance(model.optimizer, mp.MasterWeightOptimizer), model.optimizer
+assert type(model.optimizer.inner_optimizer) is keras.optimizers.Adam
+model.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0)
+masters = mp.get_master_weights(model)
+assert not np.array_equal(masters[0], start[0])
+assert [m.tobytes() for m in masters] == [w.tobytes() for w in oracle.get_weights()], \
+    [float(np.max(np.abs(m - w))) for m, w in zip(masters, oracle.get_weights())]
 print("OK")

@@ -102,7 +102,9 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
             "broadcast bfloat16 initial values between workers). Use compute_dtype="
             "'float16' there; bfloat16 works under MirroredStrategy."
         )
-    state = _state.ScopeState(spec, strategy, PairPolicy(spec.compute_dtype, spec.mode))
+    policy = PairPolicy(spec.compute_dtype, spec.mode)
+    policy.spec = spec  # how the master is stored included (master="split")
+    state = _state.ScopeState(spec, strategy, policy)
     try:
         with _activated(state):
             yield
@@ -211,11 +213,12 @@ def _create(state, next_creator, **kwargs):
     param = created.param
     pair = _pairs.make_pair(owner if owner is not None else param, param.shape,
                             created.blob_copy, name=name, spec=state.spec)
+    layer = internals.layer_being_built() if owner is not None else None
+    pair.note_layer(layer)
     _pairs.attach(param, pair)
     _checkpoint.install_variable_hooks(param)
     if owner is not None:
         _variable.adopt(owner)
-        layer = internals.layer_being_built()
         if layer is not None:
             _keep_pair_policy(layer, state)
             if pair.computes_with_copy:

@@ -224,7 +224,7 @@ def raw_assign(variable, value):
     keras.Variable.assign(variable, value)
 
 
-class PairedVariable(_pair_kinds.PairedVariableRules):
+class PairedVariable(_pair_kinds.PairedVariableRules, internals.WideningKerasVariable):
     """The class of a paired Keras variable: every write reaches the master.
 
     ``assign`` (``set_weights``, a weights file's load, user code, an optimizer updating a
@@ -245,6 +245,10 @@ class PairedVariable(_pair_kinds.PairedVariableRules):
 
     def pair(self):
         return pair_of(self)
+
+    def widens_in_layer_call(self):
+        pair = pair_of(self)
+        return pair is not None and pair.reads_wide()
 
     def penalty_on_master(self, penalty):
         return MasterPenalty(penalty, self)
@@ -385,7 +389,9 @@ def pair_pending():
             for variable in variables:
                 if (pair_of(variable) is None and variable.dtype == MASTER_DTYPE
                         and internals.autocasts(variable) and not _lora_weight(layer, variable)):
-                    if _make_pair(variable, policy.spec).computes_with_copy:
+                    pair = _make_pair(variable, policy.spec)
+                    pair.note_layer(layer)
+                    if pair.computes_with_copy:
                         install_layer_hooks(layer)
         if not waiting:
             _policy.done_pairing(policy)

@@ -20,7 +20,11 @@ on every backend. The backend modules add how a master is read and written: on T
 and torch (``_jax_pairs``). It imports neither TensorFlow nor JAX.
 """
 
+import weakref
+
 import keras
+
+from tfinit import _keras_internals as internals
 
 from tfinit.parameter_info import ParameterInfo
 
@@ -41,6 +45,23 @@ class PairRecord(ParameterInfo):
     computes_with_copy = True
     #: whether the master is stored split (bfloat16 copy + int16 remainder)
     stores_master_split = False
+    #: the layer of a pseudo_fp16 pair that does not autocast (Keras's Embedding family), as a
+    #: weak reference, or None; set where the pair is made (``reads_wide``)
+    uncast_layer = None
+
+    def reads_wide(self):
+        """Whether a layer call now reads the copy widened to float32 (its gradient summed in
+        float32): Keras ``mixed_*`` reads the fp32 variable of a layer that does not autocast
+        uncast when an enclosing layer's call opened an autocast scope (the layer clears it),
+        and cast when the layer is called first (it opens one); what the layer computes from
+        the uncast read (a tied embedding's logits) is float32."""
+        layer = self.uncast_layer() if self.uncast_layer is not None else None
+        return layer is not None and internals.called_inside_another_layer(layer)
+
+    def note_layer(self, layer):
+        """Record ``layer``, the layer holding the pair's variable (``uncast_layer``)."""
+        if self.computes_with_copy and layer is not None and not layer.autocast:
+            self.uncast_layer = weakref.ref(layer)
 
     @property
     def held(self):

@@ -75,16 +75,18 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
 
     def __init__(self, compute_dtype="float16", mode="pseudo_fp16"):
         self.spec = pair_spec(mode, compute_dtype, "PairPolicy")
+        # The name object leads back to this policy from a layer Keras rebuilds from a config
+        # (Keras passes it the name only): ``layers_to_pair`` finds such layers.
         if _backend.name() == "tensorflow":
-            super().__init__(self.spec.keras_policy_name)
-            return
-        # Off TensorFlow the layer builds fp32 weights (its masters, as mixed_<dtype>) and
-        # they pair up once built (_jax_pairs). The name object leads back to this policy
-        # from a layer Keras rebuilds from a config (Keras passes it the name only).
-        name = _PolicyName(f"mixed_{self.spec.compute_dtype}")
+            name = _PolicyName(self.spec.keras_policy_name)
+        else:
+            # Off TensorFlow the layer builds fp32 weights (its masters, as mixed_<dtype>)
+            # and they pair up once built (_jax_pairs).
+            name = _PolicyName(f"mixed_{self.spec.compute_dtype}")
         name.policy = self
         super().__init__(name)
-        _unpaired[id(name)] = name
+        if _backend.name() != "tensorflow":
+            _unpaired[id(name)] = name
 
     @property
     def variable_dtype(self):
@@ -118,9 +120,9 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
                 f"inside `with tfinit.mixed_precision.scope({saved.mode.value!r}, "
                 f"compute_dtype={saved.compute_dtype!r}):`."
             )
-        policy = cls(spec.compute_dtype, spec.mode)
-        policy.spec = spec  # the scope's, how the master is stored included
-        return policy
+        # The scope's own policy: the layers (and models) rebuilt here are the scope's, as
+        # those constructed in it (their models' ``compile`` wraps).
+        return _state.active().policy
 
     def __repr__(self):
         return f'<PairPolicy "{self.spec.mode.value}" {self.spec.compute_dtype}>'

@@ -13,7 +13,7 @@ import inspect
 import keras
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _state
+from tfinit.mixed_precision import _policy, _state
 
 
 @contextlib.contextmanager
@@ -33,13 +33,16 @@ def activated(state, creating=contextlib.nullcontext):
 
 def adopt_constructed_layers(state, optimizer_class, after_build, creating=contextlib.nullcontext,
                              adopt_model=None):
-    """Each model constructed in ``state`` wraps a plain optimizer in ``optimizer_class`` in
-    ``compile`` (and gets ``adopt_model(model)``); each layer constructed in it and not built
-    yet builds inside it (``activated(state, creating)``), then ``after_build(state, layer)``
-    runs."""
-    for layer in internals.layers_holding(state.policy):
+    """Each model constructed (or loaded) in ``state`` trains its masters with
+    ``optimizer_class`` whatever ``compile`` gave it (``adopt_optimizer``: now, for a model
+    compiled inside the ``with`` block or by its own constructor, as keras-hub tasks are;
+    after each later ``compile``), and gets ``adopt_model(model)``; each layer constructed in
+    it and not built yet builds inside it (``activated(state, creating)``), then
+    ``after_build(state, layer)`` runs."""
+    for layer in _policy.layers_to_pair(state.policy):
         if isinstance(layer, keras.Model):
             wrap_compile(layer, optimizer_class)
+            adopt_optimizer(layer, optimizer_class)
             if adopt_model is not None:
                 adopt_model(layer)
         if layer.built:
@@ -59,11 +62,11 @@ def adopt_constructed_layers(state, optimizer_class, after_build, creating=conte
 
 
 def wrap_compile(model, optimizer_class):
-    """``model.compile`` wraps a plain Keras optimizer in ``optimizer_class``
-    (``MasterWeightOptimizer``), as Keras's ``compile`` wraps one in ``LossScaleOptimizer``
-    under ``mixed_float16`` (``auto_scale_loss=False``: a wrapper without loss scaling). A
-    Keras ``LossScaleOptimizer`` is left as given: its first step refuses the paired
-    variables."""
+    """After each ``model.compile``, ``adopt_optimizer`` puts ``optimizer_class``
+    (``MasterWeightOptimizer``) around the optimizer ``compile`` chose, whatever it was given:
+    an optimizer, a string, the compile method's own default (keras-hub's ``"auto"``: Adam(2e-5)
+    for a causal LM; Keras's ``"rmsprop"``) or ``auto_scale_loss=False`` (then no loss
+    scaling)."""
     if internals.has_object_method(model, "compile"):
         return
     compile_model = model.compile
@@ -71,15 +74,32 @@ def wrap_compile(model, optimizer_class):
 
     @functools.wraps(compile_model)
     def compile_with_masters(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        optimizer = bound.arguments.get("optimizer", "rmsprop")
-        if optimizer is not None:
-            optimizer = keras.optimizers.get(optimizer)
-            if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-                scaling = {} if bound.arguments.get("auto_scale_loss", True) else {
-                    "loss_scale": None}
-                optimizer = optimizer_class(optimizer, **scaling)
-            bound.arguments["optimizer"] = optimizer
-        return compile_model(*bound.args, **bound.kwargs)
+        result = compile_model(*args, **kwargs)
+        arguments = signature.bind(*args, **kwargs).arguments
+        extra = next((arguments[p.name] for p in signature.parameters.values()
+                      if p.kind is inspect.Parameter.VAR_KEYWORD and p.name in arguments), {})
+        auto_scale_loss = arguments.get("auto_scale_loss", extra.get("auto_scale_loss", True))
+        adopt_optimizer(model, optimizer_class, auto_scale_loss=auto_scale_loss)
+        return result
 
     internals.set_object_method(model, "compile", compile_with_masters)
+
+
+def adopt_optimizer(model, optimizer_class, auto_scale_loss=True):
+    """A compiled ``model``'s plain Keras optimizer becomes ``optimizer_class(optimizer)``, as
+    Keras's ``compile`` wraps one in ``LossScaleOptimizer`` under ``mixed_float16``
+    (``auto_scale_loss=False``: a wrapper without loss scaling); so does the inner optimizer
+    of the ``LossScaleOptimizer`` Keras's ``compile`` made (a reverse float16 model's policy
+    is ``mixed_float16``). A ``LossScaleOptimizer`` the user handed ``compile`` is left as
+    given: its first step refuses the paired variables."""
+    current = getattr(model, "optimizer", None)
+    if current is None or isinstance(current, optimizer_class):
+        return
+    scaling = {} if auto_scale_loss else {"loss_scale": None}
+    if isinstance(current, keras.optimizers.LossScaleOptimizer):
+        if current is internals.compiled_optimizer(model):
+            return
+        current, scaling = current.inner_optimizer, {}
+    wrapped = optimizer_class(current, **scaling)
+    model.optimizer = wrapped
+    internals.set_compiled_optimizer(model, wrapped)

@@ -55,6 +55,10 @@ class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVaria
         if pair.computes_with_copy:
             outer = internals.control_flow_outer_graph()
             if outer is None:
+                if pair.reads_wide():
+                    # Keras mixed reads such a layer's fp32 variable uncast: the copy's
+                    # exact fp32 widening, its gradient summed in fp32.
+                    return _read(tf_var, tf.cast(tf_var, tf.float32), tf.float32)
                 # The 16-bit variable itself; each read's gradient comes back in fp32.
                 return _read(tf_var, None, tf.float32)
             # A gradient in fp32 for a 16-bit variable cannot meet the loop's 16-bit
