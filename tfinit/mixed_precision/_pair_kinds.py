@@ -186,7 +186,9 @@ class PairedVariableRules(keras.Variable):
                 "tfinit.mixed_precision.scope), and a plain Keras optimizer would update it "
                 "without that master. Wrap the optimizer: `model.compile(optimizer=tfinit."
                 "mixed_precision.MasterWeightOptimizer(keras.optimizers.Adam(...)))` (compile "
-                "on a model constructed in the scope does it), or in a custom loop "
+                "on a model constructed in the scope does it when the `with` block ends: "
+                "call fit after the block, or hand compile the wrapped optimizer to fit "
+                "inside it), or in a custom loop "
                 "`optimizer = tfinit.mixed_precision.MasterWeightOptimizer(optimizer)`.")
         return False
 

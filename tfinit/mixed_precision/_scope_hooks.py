@@ -100,6 +100,11 @@ def adopt_optimizer(model, optimizer_class, auto_scale_loss=True):
         if current is internals.compiled_optimizer(model):
             return
         current, scaling = current.inner_optimizer, {}
+    if current.built:
+        # Only a step the paired variables refused (fit inside the `with` block) builds a
+        # plain optimizer here: it holds no state, and its slots are the copies'.
+        current = type(current).from_config(current.get_config())
+        model.train_function = None  # traced with that optimizer; `compile` resets it so too
     wrapped = optimizer_class(current, **scaling)
     model.optimizer = wrapped
     internals.set_compiled_optimizer(model, wrapped)
