@@ -131,7 +131,7 @@ class PseudoFP16JaxPair(PseudoFP16Roles, JaxPair):
         master_value = ops.copy(variable.value)
         with _path_of(variable):  # the inner optimizer's variable: the layer's name, path
             master = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False,
-                                    name=variable.name)
+                                    name=variable.name, layout=_layout_of(variable))
         internals.set_variable_dtype(variable, spec.compute_dtype,
                                      ops.cast(master_value, spec.compute_dtype))
         return cls(variable, master, spec)
@@ -144,7 +144,8 @@ class ReverseJaxPair(ReverseRoles, JaxPair):
     def made_from(cls, variable, spec):
         copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
                               dtype=spec.compute_dtype, trainable=False,
-                              name=variable.name + spec.other_suffix)
+                              name=variable.name + spec.other_suffix,
+                              layout=_layout_of(variable))
         return cls(variable, copy, spec)
 
     def check_copy_matches_master(self, master):
@@ -177,10 +178,12 @@ class SplitJaxPair(SplitRoles, JaxPair):
     def made_from(cls, variable, spec):
         copy, remainder = _jax_split.split(ops.copy(variable.value))
         remainder = keras.Variable(remainder, dtype="int16", trainable=False,
-                                   name=variable.name + spec.other_suffix)
+                                   name=variable.name + spec.other_suffix,
+                                   layout=_layout_of(variable))
         with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
             scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
-                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name)
+                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name,
+                                     layout=_layout_of(variable))
         internals.release_value(scratch)
         internals.set_variable_dtype(variable, spec.compute_dtype, copy)
         return cls(variable, remainder, spec, scratch)
@@ -217,6 +220,13 @@ class SplitJaxPair(SplitRoles, JaxPair):
         self.assign_master(self.scratch.value)
         if not internals.in_stateless_scope():  # else: a value of that scope only
             internals.release_value(self.scratch)
+
+
+def _layout_of(variable):
+    """The layout a pair's other variable takes: the layer variable's (under a
+    ``keras.distribution``, Keras gave it one; the inner optimizer's state follows its target's
+    layout), so no added array is laid out otherwise than the variable it pairs with."""
+    return internals.variable_layout(variable)
 
 
 def raw_assign(variable, value):
