@@ -34,7 +34,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _jax_split, _pair_kinds, _policy, _weight_files
+from tfinit.mixed_precision import _jax_split, _pair_kinds, _policy, _sharding, _weight_files
 from tfinit.mixed_precision._pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
                                                 SplitRoles, pair_class)
 
@@ -230,8 +230,10 @@ def _layout_of(variable):
 
 
 def raw_assign(variable, value):
-    """Keras's own assign (the paired variable's assign sets its master)."""
-    keras.Variable.assign(variable, value)
+    """Keras's own assign (the paired variable's assign sets its master), of ``value`` laid
+    out as ``variable`` is (in a compiled step: a copy made from a master sharded over
+    ``shard_over`` is gathered there, in 16 bits)."""
+    keras.Variable.assign(variable, _sharding.laid_out(variable, value))
 
 
 class PairedVariable(_pair_kinds.PairedVariableRules):
