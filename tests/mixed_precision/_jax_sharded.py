@@ -33,7 +33,6 @@ if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1":
 import jax
 import keras
 import numpy as np
-from jax.sharding import PartitionSpec
 
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision import _jax_pairs
@@ -100,7 +99,7 @@ def check_layouts():
              ("reverse", "bfloat16", "fp32")]
     for shape in ((2, 2), (1, 4)):
         keras.distribution.set_distribution(model_parallel(shape))
-        for mode, dtype, master in specs:
+        for mode, dtype, master in specs if shape == (2, 2) else specs[1:4]:
             label = f"{shape} {mode}/{dtype}/{master}"
             keras.config.set_dtype_policy(f"mixed_{dtype}")
             try:

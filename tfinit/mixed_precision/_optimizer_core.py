@@ -258,7 +258,9 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
     @classmethod
     def from_config(cls, config, custom_objects=None):
         """The optimizer of ``get_config``'s dict, also of one written before on either
-        backend (the JAX class wrote the inner optimizer under ``"inner_optimizer"``)."""
+        backend (the JAX class wrote the inner optimizer under ``"inner_optimizer"``). A
+        ``shard_over`` axis that the active distribution lacks (or no distribution, or not
+        JAX) is dropped with a warning: files are layout-free, the state loads unsharded."""
         config = dict(config)
         key = "optimizer" if "optimizer" in config else "inner_optimizer"
         inner = keras.saving.deserialize_keras_object(config.pop(key),
@@ -266,4 +268,5 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         for key, default in _BASE_DEFAULTS.items():
             if key in config and config[key] == default:
                 del config[key]
+        config["shard_over"] = _sharding.shard_over_here(config.get("shard_over"))
         return cls(inner, **config)

@@ -17,6 +17,7 @@ device updates its slice of a master and the copies are gathered back (16-bit) b
 """
 
 import math
+import warnings
 
 import keras
 
@@ -68,6 +69,24 @@ def mesh_for(shard_over):
             f"{_WHO}: Argument `shard_over` must be an axis of the active distribution's "
             f"device mesh, one of {list(mesh.axis_names)}. Received: shard_over={shard_over!r}")
     return mesh
+
+
+def shard_over_here(shard_over):
+    """``shard_over`` of a saved optimizer, if it applies here (JAX, an active distribution
+    whose mesh has that axis); else None, with a warning saying so."""
+    if shard_over is None:
+        return None
+    distribution = (keras.distribution.distribution()
+                    if keras.backend.backend() == "jax" else None)
+    if distribution is not None and shard_over in distribution.device_mesh.axis_names:
+        return shard_over
+    warnings.warn(
+        f"{_WHO}: the saved optimizer sharded its masters and state over the mesh axis "
+        f"{shard_over!r} (shard_over), which this process has no active keras.distribution "
+        "axis for (or its backend is not JAX): it loads with shard_over=None, the state whole "
+        "on each device. Load it under a distribution with that axis to keep it sharded.",
+        stacklevel=3)
+    return None
 
 
 def _axes_of(entry):
