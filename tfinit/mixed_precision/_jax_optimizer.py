@@ -109,6 +109,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
                     "shard_over=None.")
             stored += [pair.master] if pair.master is pair.other else [pair.other, pair.master]
         _sharding.shard(stored, mesh, self.shard_over)
+        inner = self.inner_optimizer  # its state is sharded too: gathered when saved
+        internals.set_object_method(inner, "save_own_variables",
+                                    lambda store: _sharding.save_gathered(inner, store))
 
     def _master_of(self, pair):
         return pair.master
@@ -198,6 +201,11 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
+
+    def save_own_variables(self, store):
+        """Keras's, except that a variable sharded over processes (``shard_over`` on a
+        multi-host mesh) is gathered first, in every process (Keras's own read fails)."""
+        _sharding.save_gathered(self, store)
 
     def load_own_variables(self, store):
         """Keras's, except the pairs' variables this optimizer carries as state (a

@@ -73,7 +73,7 @@ class JaxPair(PairRecord):
         Raises:
             ValueError: the copy was changed without its master.
         """
-        master = np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32)
+        master = np.asarray(_sharding.to_numpy(self.master_tensor()), np.float32)
         self.check_copy_matches_master(master)
         return master
 
@@ -109,7 +109,7 @@ class JaxPair(PairRecord):
                 copy); using the master would silently drop that change.
         """
         cast = master.astype(_numpy_dtype(self.copy.dtype))
-        if cast.tobytes() != np.asarray(ops.convert_to_numpy(self.copy.value)).tobytes():
+        if cast.tobytes() != np.asarray(_sharding.to_numpy(self.copy.value)).tobytes():
             raise ValueError(
                 f"Variable {self.param.path!r}: its 16-bit value was changed without its fp32 "
                 "master (a plain Keras optimizer or an assign updates only the 16-bit "
@@ -480,7 +480,7 @@ def replica_arrays(variable):
     if sharding is not None and sharding.is_fully_replicated and len(sharding.device_set) > 1:
         shards = sorted(value.addressable_shards, key=lambda shard: shard.device.id)
         return [np.asarray(shard.data) for shard in shards]
-    return [np.asarray(ops.convert_to_numpy(value))]
+    return [np.asarray(_sharding.to_numpy(value))]
 
 
 def master_for_file(value):

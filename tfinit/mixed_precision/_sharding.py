@@ -20,6 +20,7 @@ import math
 import warnings
 
 import keras
+import numpy as np
 
 from tfinit import _keras_internals as internals
 
@@ -131,6 +132,23 @@ def shard(variables, mesh, axis):
         new = sharded_layout(layout, tuple(variable.shape), mesh, axis)
         if new is not layout:
             internals.set_variable_layout(variable, new)
+
+
+def to_numpy(value):
+    """``value`` whole, as numpy, also when its pieces live in several processes (a master
+    sharded over a mesh axis that spans hosts: every process gathers it, collectively)."""
+    if getattr(value, "is_fully_addressable", True):
+        return keras.ops.convert_to_numpy(value)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(value, tiled=True)
+
+
+def save_gathered(optimizer, store):
+    """Keras's ``Optimizer.save_own_variables``, each variable gathered whole first
+    (:func:`to_numpy`), so a state sharded over processes is written as one array."""
+    for index, variable in enumerate(optimizer.variables):
+        store[str(index)] = np.asarray(to_numpy(variable.value))
 
 
 def laid_out(variable, value):
