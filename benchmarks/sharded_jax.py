@@ -4,7 +4,7 @@ time of ``shard_over`` (ZeRO-1) against the same run unsharded.
 Run with eight host devices (or on a machine with several accelerators, which it then uses)::
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 KERAS_BACKEND=jax JAX_PLATFORMS=cpu \\
-        python -m benchmarks.sharded_jax [--quick]
+        python -m benchmarks.sharded_jax [--quick] [--memory-only | --timing-only] [--width N]
 
 The model is the issue's: a 256-1024-1024-256 MLP (1.58 M parameters), Adam, bfloat16.
 Memory: the bytes of every live JAX array on device 0 after a training step, above what was
@@ -31,10 +31,14 @@ CONTENDERS = (("keras mixed", "keras", None), ("fp32 masters", "fp32", None),
 BATCH = 64
 
 
+WIDTH = [1024]  # the hidden width (--width N): 1024 is the 1.58 M-parameter MLP
+
+
 def make():
+    width = WIDTH[0]
     return keras.Sequential([keras.Input((256,)),
-                             keras.layers.Dense(1024, activation="relu", name="d1"),
-                             keras.layers.Dense(1024, activation="relu", name="d2"),
+                             keras.layers.Dense(width, activation="relu", name="d1"),
+                             keras.layers.Dense(width, activation="relu", name="d2"),
                              keras.layers.Dense(256, name="d3")])
 
 
@@ -126,10 +130,14 @@ def main(argv=None):
     if count < 4:
         print(f"{count} devices: run with XLA_FLAGS=--xla_force_host_platform_device_count=8")
         return 1
-    memory, params = memory_table(widths)
-    timing = step_times(widths[-1], repeats=3 if quick else 15, steps=2 if quick else 10)
-    results = {"device": str(jax.devices()[0].device_kind), "devices": count,
-               "parameters": params, "bytes_per_param": memory, "step_time": timing}
+    if "--width" in argv:
+        WIDTH[0] = int(argv[argv.index("--width") + 1])
+    results = {"device": str(jax.devices()[0].device_kind), "devices": count}
+    if "--timing-only" not in argv:
+        results["bytes_per_param"], results["parameters"] = memory_table(widths)
+    if "--memory-only" not in argv:
+        results["step_time"] = step_times(widths[-1], repeats=3 if quick else 15,
+                                          steps=2 if quick else 10)
     print(json.dumps(results, indent=1))
     return 0
 
