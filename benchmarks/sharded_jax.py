@@ -127,8 +127,9 @@ def main(argv=None):
     quick = "--quick" in argv
     count = len(jax.devices())
     widths = [d for d in (2, 4, 8) if d <= count]
-    if count < 4:
-        print(f"{count} devices: run with XLA_FLAGS=--xla_force_host_platform_device_count=8")
+    if count < 2 or (count < 4 and "--timing-only" not in argv):
+        print(f"{count} devices: run with XLA_FLAGS=--xla_force_host_platform_device_count=4"
+              " (2 for --timing-only)")
         return 1
     if "--width" in argv:
         WIDTH[0] = int(argv[argv.index("--width") + 1])

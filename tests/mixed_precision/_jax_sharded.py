@@ -34,6 +34,7 @@ import jax
 import keras
 import numpy as np
 
+from tfinit import _keras_internals as internals
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision import _jax_pairs
 
@@ -119,8 +120,8 @@ def check_layouts():
                     assert spec(param) == (None, "model"), where
                 same_sharding(pair.other.value, param, where)
                 if master == "split":  # its scratch master: the layout the step gives it
-                    layout = pair.master._layout
-                    assert layout.axes == _jax_pairs.internals.variable_layout(
+                    layout = internals.variable_layout(pair.master)
+                    assert layout.axes == internals.variable_layout(
                         pair.param).axes, where
                 for state in inner_state(model.optimizer, pair.master):
                     same_sharding(state.value, param, where + " " + state.name)
@@ -147,7 +148,7 @@ def expected_bytes(model, sizes, master, state_bytes):
     total = 0
     stored = (4 if master == "fp32" else 2) + 2 * state_bytes
     for variable in model.trainable_variables:
-        layout = _jax_pairs.internals.variable_layout(variable)
+        layout = internals.variable_layout(variable)
         split_by = [sizes[a] for a in (layout.axes if layout else ()) if a is not None]
         whole = int(np.prod(variable.shape))
         on_device = whole // int(np.prod(split_by or [1]))
