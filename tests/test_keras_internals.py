@@ -417,6 +417,7 @@ def test_release_value_on_jax():
     assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"
 
 
+@pytest.mark.slow
 def test_variable_layout_on_jax():
     """A pair's other variable takes its variable's layout; shard_over lays a master out again
     (JAX only, four host devices): run on JAX in a subprocess."""

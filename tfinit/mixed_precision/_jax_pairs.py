@@ -131,7 +131,7 @@ class PseudoFP16JaxPair(PseudoFP16Roles, JaxPair):
         master_value = ops.copy(variable.value)
         with _path_of(variable):  # the inner optimizer's variable: the layer's name, path
             master = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False,
-                                    name=variable.name, layout=_layout_of(variable))
+                                    name=variable.name, **_layout_of(variable))
         internals.set_variable_dtype(variable, spec.compute_dtype,
                                      ops.cast(master_value, spec.compute_dtype))
         return cls(variable, master, spec)
@@ -145,7 +145,7 @@ class ReverseJaxPair(ReverseRoles, JaxPair):
         copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
                               dtype=spec.compute_dtype, trainable=False,
                               name=variable.name + spec.other_suffix,
-                              layout=_layout_of(variable))
+                              **_layout_of(variable))
         return cls(variable, copy, spec)
 
     def check_copy_matches_master(self, master):
@@ -179,11 +179,11 @@ class SplitJaxPair(SplitRoles, JaxPair):
         copy, remainder = _jax_split.split(ops.copy(variable.value))
         remainder = keras.Variable(remainder, dtype="int16", trainable=False,
                                    name=variable.name + spec.other_suffix,
-                                   layout=_layout_of(variable))
+                                   **_layout_of(variable))
         with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
             scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
                                      dtype=MASTER_DTYPE, trainable=False, name=variable.name,
-                                     layout=_layout_of(variable))
+                                     **_layout_of(variable))
         internals.release_value(scratch)
         internals.set_variable_dtype(variable, spec.compute_dtype, copy)
         return cls(variable, remainder, spec, scratch)
@@ -223,10 +223,12 @@ class SplitJaxPair(SplitRoles, JaxPair):
 
 
 def _layout_of(variable):
-    """The layout a pair's other variable takes: the layer variable's (under a
-    ``keras.distribution``, Keras gave it one; the inner optimizer's state follows its target's
-    layout), so no added array is laid out otherwise than the variable it pairs with."""
-    return internals.variable_layout(variable)
+    """The ``keras.Variable`` arguments that give a pair's other variable the layer variable's
+    layout (under a ``keras.distribution`` Keras gave it one; the inner optimizer's state
+    follows its target's layout), so no added array is laid out otherwise than the variable
+    it pairs with; none without a layout."""
+    layout = internals.variable_layout(variable)
+    return {} if layout is None else {"layout": layout}
 
 
 def raw_assign(variable, value):
