@@ -460,3 +460,34 @@ def test_widening_variable_reads_float32_inside_a_layer_call_only():
     assert keras.backend.standardize_dtype(
         reader(np.ones((2,), "f4")).dtype) == "float32", MOVED
     assert keras.backend.standardize_dtype(reader.v.value.dtype) == "bfloat16", MOVED
+
+
+@pytest.mark.slow
+def test_variable_layout_on_jax():
+    """A pair's other variable takes its variable's layout; shard_over lays a master out again
+    (JAX only, four host devices): run on JAX in a subprocess."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import jax, keras, numpy as np\n"
+        "from tfinit import _keras_internals as internals\n"
+        "from keras.distribution import DeviceMesh, TensorLayout\n"
+        "mesh = DeviceMesh((2, 2), ['batch', 'model'], jax.devices())\n"
+        "layout = TensorLayout([None, 'model'], mesh)\n"
+        "v = keras.Variable(np.arange(8, dtype='f4').reshape(2, 4), layout=layout)\n"
+        "assert internals.variable_layout(v) is layout\n"
+        "assert internals.variable_layout(keras.Variable(np.ones(2, 'f4'))) is None\n"
+        "both = TensorLayout(['batch', 'model'], mesh)\n"
+        "internals.set_variable_layout(v, both)\n"
+        "assert internals.variable_layout(v) is both\n"
+        "assert v.value.sharding.spec == jax.sharding.PartitionSpec('batch', 'model')\n"
+        "assert np.asarray(v.value).ravel().tolist() == list(range(8))\n"
+        "v.assign(np.zeros((2, 4), 'f4'))\n"
+        "assert v.value.sharding.spec == jax.sharding.PartitionSpec('batch', 'model')\n")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"

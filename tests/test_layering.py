@@ -54,9 +54,10 @@ LAYERS = [
     [
         package("mixed_precision", [
             # the pair kinds' roles (every backend); the active scopes; weight files seen
-            # through conversions; the split layout on JAX; what replica_mismatches reports
+            # through conversions; the split layout on JAX; what replica_mismatches reports;
+            # the layouts of masters sharded over a mesh axis (shard_over, JAX)
             ["_pair_kinds", "_caffe2_sgd", "_state", "_weight_files", "_jax_split",
-             "_replica_checks"],
+             "_replica_checks", "_sharding"],
             # TensorFlow's pair records; the layers' dtype policy; what both backends'
             # MasterWeightOptimizer shares (no TensorFlow)
             ["_pairs", "_policy", "_optimizer_core"],

@@ -512,3 +512,21 @@ def release_value(variable):
     shape until the next assign (it is not registered for Keras's deferred initialization)."""
     variable._initializer = keras.initializers.Zeros()
     variable._value = None
+
+
+def variable_layout(variable):
+    # Public stand-in: `keras.distribution.distribution().get_variable_layout(variable)`
+    # returns this layout, but only while that distribution is active (a scope's pairs are
+    # made when its block exits, which may be outside `with distribution.scope()`).
+    """The ``TensorLayout`` (or backend sharding) Keras gave ``variable``, or None."""
+    return getattr(variable, "_layout", None)
+
+
+def set_variable_layout(variable, layout):
+    # Public stand-in: `keras.Variable(..., layout=...)` fixes a variable's layout when it is
+    # made; tfinit's masters exist before MasterWeightOptimizer(shard_over=...) is built, and
+    # their value is laid out again (Keras's own assign distributes it on the new layout).
+    """Give the (JAX backend) ``variable`` the layout ``layout`` and redistribute its value."""
+    variable._layout = layout
+    if getattr(variable, "_value", None) is not None:
+        keras.Variable.assign(variable, variable.value)

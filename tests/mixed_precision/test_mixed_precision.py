@@ -489,6 +489,20 @@ def test_bad_loss_scale():
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=-1.0)
 
 
+def test_shard_over_is_refused_on_tensorflow_and_a_saved_one_loads_unsharded():
+    with pytest.raises(ValueError, match=r"works on Keras's JAX backend only.*tf\.distribute"
+                                         r".*Received: shard_over='batch'"):
+        mp.MasterWeightOptimizer(keras.optimizers.SGD(), shard_over="batch")
+    with pytest.raises(ValueError, match="Argument `shard_over` must be None or the name"):
+        mp.MasterWeightOptimizer(keras.optimizers.SGD(), shard_over=3)
+    inner = keras.saving.serialize_keras_object(keras.optimizers.SGD(0.25))
+    with pytest.warns(UserWarning, match="loads with shard_over=None"):
+        opt = mp.MasterWeightOptimizer.from_config(
+            {"name": "mwo", "optimizer": inner, "loss_scale": None, "state_dtype": None,
+             "shard_over": "batch"})
+    assert opt.shard_over is None
+
+
 def test_a_config_written_on_either_backend_loads_and_other_keywords_are_refused():
     """The JAX class wrote its inner optimizer under "inner_optimizer" (on Keras 3.10 with
     its base optimizer's defaults too); both classes now write TensorFlow's keys."""
@@ -498,7 +512,8 @@ def test_a_config_written_on_either_backend_loads_and_other_keywords_are_refused
     opt = mp.MasterWeightOptimizer.from_config(jax_era)
     assert (opt.name, opt.loss_scale, opt.state_dtype) == ("mwo", 128.0, "bfloat16")
     assert float(keras.ops.convert_to_numpy(opt.inner_optimizer.learning_rate)) == 0.25
-    assert sorted(opt.get_config()) == ["loss_scale", "name", "optimizer", "state_dtype"]
+    assert sorted(opt.get_config()) == ["loss_scale", "name", "optimizer", "shard_over",
+                                        "state_dtype"]
     with pytest.raises(ValueError, match=r"unexpected keyword arguments \['clipnorm'\].*"
                                          r"Received: clipnorm=1\.0"):
         mp.MasterWeightOptimizer.from_config({**jax_era, "clipnorm": 1.0})

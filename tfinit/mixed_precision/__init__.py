@@ -23,10 +23,11 @@ The public names:
   for one float32 ulp in a rare tie; no fp32 variable between steps).
 - ``parameter_info(variable)``: the ``ParameterInfo`` (param + ``blob_copy``) of a pair.
 - ``PairPolicy`` (``PseudoFP16Policy``, tfinit 0.1's name): the dtype policy of the layers.
-- ``MasterWeightOptimizer(optimizer, loss_scale="auto", state_dtype=None)``: update masters,
-  re-cast copies (``"auto"``: dynamic loss scaling for float16, none for bfloat16, as Keras's
-  mixed policies; ``state_dtype="bfloat16"``: the inner optimizer's per-variable state in
-  bfloat16).
+- ``MasterWeightOptimizer(optimizer, loss_scale="auto", state_dtype=None, shard_over=None)``:
+  update masters, re-cast copies (``"auto"``: dynamic loss scaling for float16, none for
+  bfloat16, as Keras's mixed policies; ``state_dtype="bfloat16"``: the inner optimizer's
+  per-variable state in bfloat16; ``shard_over="batch"``, JAX: ZeRO-1, masters and state
+  sharded over that mesh axis).
 - ``get_master_weights`` / ``set_master_weights``: the master-aware ``get/set_weights``.
 - ``save_weights(model, path, dtype=None)``: a plain Keras ``.weights.h5`` in one dtype.
 - ``EarlyStopping``: restores the best masters exactly.

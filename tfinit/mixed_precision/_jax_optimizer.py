@@ -24,7 +24,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _jax_pairs, _jax_split
+from tfinit.mixed_precision import _jax_pairs, _jax_split, _sharding
 from tfinit.mixed_precision._optimizer_core import MasterWeightOptimizerBase
 
 
@@ -46,12 +46,21 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         state_dtype: ``None`` / ``"float32"``, or ``"bfloat16"``: the inner optimizer's
             per-variable state of a paired variable (Adam's moments, momentum...) is stored
             in bfloat16; EMA averages and gradient accumulators stay fp32.
+        shard_over: None, or the name of an axis of the active ``keras.distribution``
+            device mesh (``"batch"`` for ``DataParallel``): ZeRO-1, the fp32 masters (a split
+            pair's remainders) and the inner optimizer's state are sharded over that axis on
+            top of the variables' layouts (a variable with no dimension the axis size divides
+            stays whole); the 16-bit copies keep Keras's layout and are gathered after each
+            step. ``mode="pseudo_fp16"`` pairs only (a reverse pair's master is the layer's
+            own variable). JAX only.
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
         ValueError: a loss-scale optimizer as ``optimizer``, a bad ``loss_scale`` or
-            ``state_dtype``, other keyword arguments; at build, a 16-bit trainable variable
-            without a master.
+            ``state_dtype`` or ``shard_over``, other keyword arguments; at build, a 16-bit
+            trainable variable without a master, a ``shard_over`` axis the active
+            distribution's mesh lacks (or no distribution), a reverse pair with
+            ``shard_over``.
 
     Example:
 
@@ -76,6 +85,33 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
 
     def _pair_of(self, variable):
         return _jax_pairs.pair_of(variable)
+
+    def build(self, var_list):
+        var_list = list(var_list)
+        if self.shard_over is not None:
+            self._shard_masters(var_list)
+        super().build(var_list)  # the inner optimizer's state follows its targets' layouts
+
+    def _shard_masters(self, var_list):
+        """ZeRO-1: the variables only the step reads (fp32 masters, split remainders and
+        scratch masters) laid out over the ``shard_over`` axis as well."""
+        mesh = _sharding.mesh_for(self.shard_over)
+        _jax_pairs.pair_pending()
+        stored = []
+        for pair in _jax_pairs.pairs_of(var_list):
+            if pair.master is pair.param:
+                raise ValueError(
+                    f"{self.name}: Argument `shard_over={self.shard_over!r}` shards the fp32 "
+                    "masters the layers do not read, but variable "
+                    f"{pair.param.path!r} is a reverse pair, whose fp32 master is the layer's "
+                    "own variable (Keras's layout, read by every step). Construct the model in "
+                    "scope('pseudo_fp16', ...) (master='fp32' or 'split'), or leave "
+                    "shard_over=None.")
+            stored += [pair.master] if pair.master is pair.other else [pair.other, pair.master]
+        _sharding.shard(stored, mesh, self.shard_over)
+        inner = self.inner_optimizer  # its state is sharded too: gathered when saved
+        internals.set_object_method(inner, "save_own_variables",
+                                    lambda store: _sharding.save_gathered(inner, store))
 
     def _master_of(self, pair):
         return pair.master
@@ -165,6 +201,11 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
+
+    def save_own_variables(self, store):
+        """Keras's, except that a variable sharded over processes (``shard_over`` on a
+        multi-host mesh) is gathered first, in every process (Keras's own read fails)."""
+        _sharding.save_gathered(self, store)
 
     def load_own_variables(self, store):
         """Keras's, except the pairs' variables this optimizer carries as state (a

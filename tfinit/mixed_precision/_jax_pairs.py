@@ -34,7 +34,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _jax_split, _pair_kinds, _policy, _weight_files
+from tfinit.mixed_precision import _jax_split, _pair_kinds, _policy, _sharding, _weight_files
 from tfinit.mixed_precision._pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
                                                 SplitRoles, pair_class)
 
@@ -73,7 +73,7 @@ class JaxPair(PairRecord):
         Raises:
             ValueError: the copy was changed without its master.
         """
-        master = np.asarray(ops.convert_to_numpy(self.master_tensor()), np.float32)
+        master = np.asarray(_sharding.to_numpy(self.master_tensor()), np.float32)
         self.check_copy_matches_master(master)
         return master
 
@@ -109,7 +109,7 @@ class JaxPair(PairRecord):
                 copy); using the master would silently drop that change.
         """
         cast = master.astype(_numpy_dtype(self.copy.dtype))
-        if cast.tobytes() != np.asarray(ops.convert_to_numpy(self.copy.value)).tobytes():
+        if cast.tobytes() != np.asarray(_sharding.to_numpy(self.copy.value)).tobytes():
             raise ValueError(
                 f"Variable {self.param.path!r}: its 16-bit value was changed without its fp32 "
                 "master (a plain Keras optimizer or an assign updates only the 16-bit "
@@ -131,7 +131,7 @@ class PseudoFP16JaxPair(PseudoFP16Roles, JaxPair):
         master_value = ops.copy(variable.value)
         with _path_of(variable):  # the inner optimizer's variable: the layer's name, path
             master = keras.Variable(master_value, dtype=MASTER_DTYPE, trainable=False,
-                                    name=variable.name)
+                                    name=variable.name, **_layout_of(variable))
         internals.set_variable_dtype(variable, spec.compute_dtype,
                                      ops.cast(master_value, spec.compute_dtype))
         return cls(variable, master, spec)
@@ -144,7 +144,8 @@ class ReverseJaxPair(ReverseRoles, JaxPair):
     def made_from(cls, variable, spec):
         copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
                               dtype=spec.compute_dtype, trainable=False,
-                              name=variable.name + spec.other_suffix)
+                              name=variable.name + spec.other_suffix,
+                              **_layout_of(variable))
         return cls(variable, copy, spec)
 
     def check_copy_matches_master(self, master):
@@ -177,10 +178,12 @@ class SplitJaxPair(SplitRoles, JaxPair):
     def made_from(cls, variable, spec):
         copy, remainder = _jax_split.split(ops.copy(variable.value))
         remainder = keras.Variable(remainder, dtype="int16", trainable=False,
-                                   name=variable.name + spec.other_suffix)
+                                   name=variable.name + spec.other_suffix,
+                                   **_layout_of(variable))
         with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
             scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
-                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name)
+                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name,
+                                     **_layout_of(variable))
         internals.release_value(scratch)
         internals.set_variable_dtype(variable, spec.compute_dtype, copy)
         return cls(variable, remainder, spec, scratch)
@@ -219,9 +222,20 @@ class SplitJaxPair(SplitRoles, JaxPair):
             internals.release_value(self.scratch)
 
 
+def _layout_of(variable):
+    """The ``keras.Variable`` arguments that give a pair's other variable the layer variable's
+    layout (under a ``keras.distribution`` Keras gave it one; the inner optimizer's state
+    follows its target's layout), so no added array is laid out otherwise than the variable
+    it pairs with; none without a layout."""
+    layout = internals.variable_layout(variable)
+    return {} if layout is None else {"layout": layout}
+
+
 def raw_assign(variable, value):
-    """Keras's own assign (the paired variable's assign sets its master)."""
-    keras.Variable.assign(variable, value)
+    """Keras's own assign (the paired variable's assign sets its master), of ``value`` laid
+    out as ``variable`` is (in a compiled step: a copy made from a master sharded over
+    ``shard_over`` is gathered there, in 16 bits)."""
+    keras.Variable.assign(variable, _sharding.laid_out(variable, value))
 
 
 class PairedVariable(_pair_kinds.PairedVariableRules, internals.WideningKerasVariable):
@@ -474,7 +488,7 @@ def replica_arrays(variable):
     if sharding is not None and sharding.is_fully_replicated and len(sharding.device_set) > 1:
         shards = sorted(value.addressable_shards, key=lambda shard: shard.device.id)
         return [np.asarray(shard.data) for shard in shards]
-    return [np.asarray(ops.convert_to_numpy(value))]
+    return [np.asarray(_sharding.to_numpy(value))]
 
 
 def master_for_file(value):

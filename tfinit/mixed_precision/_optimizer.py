@@ -91,6 +91,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             momentum...) is stored in bfloat16, half the bytes; the update is still
             computed in fp32 on the exact master. EMA averages and gradient accumulators
             stay fp32. It changes the numerics: see the README's training-quality table.
+        shard_over: None only on TensorFlow (ZeRO-1 over a ``keras.distribution`` mesh
+            axis is JAX's; tf.distribute keeps whole masters and state on every replica).
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
@@ -124,10 +126,11 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
 
     _STATE_AGGREGATION = "only_first_replica"  # the scale is shared by every replica
 
-    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None, **kwargs):
+    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None,
+                 shard_over=None, **kwargs):
         _backend.tensorflow("tfinit.mixed_precision.MasterWeightOptimizer")
         super().__init__(optimizer, loss_scale=loss_scale, name=name, state_dtype=state_dtype,
-                         **kwargs)
+                         shard_over=shard_over, **kwargs)
 
     # -- the pairs, on TensorFlow ------------------------------------------------------
     def _pair_of(self, variable):

@@ -19,7 +19,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision import _state
+from tfinit.mixed_precision import _sharding, _state
 
 #: Keras's ``LossScaleOptimizer`` constants: the first scale, finite steps between doublings
 INITIAL_SCALE = 2.0**15
@@ -76,9 +76,13 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
     #: how the scale and its counter aggregate across replicas (the backend's choice)
     _STATE_AGGREGATION = "none"
 
-    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None, **kwargs):
+    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None,
+                 shard_over=None, **kwargs):
         _check_optimizer(optimizer)
         loss_scale = check_loss_scale(loss_scale)
+        shard_over = _sharding.check_shard_over(shard_over)
+        if shard_over is not None and keras.distribution.distribution() is not None:
+            _sharding.mesh_for(shard_over)  # checked again at build (the distribution then)
         if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
             raise ValueError(
                 f"{_WHO}: Argument `state_dtype` must be None, 'float32' or 'bfloat16'. "
@@ -93,6 +97,7 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
                          dynamic_growth_steps=GROWTH_STEPS, name=name)
         self.loss_scale = loss_scale
         self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
+        self.shard_over = shard_over
         # What the step does, once known: "dynamic", a fixed float, or None.
         self._scaling = loss_scale
         if loss_scale == AUTO and _state.active() is not None:
@@ -247,12 +252,15 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
             "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
             "loss_scale": self.loss_scale,
             "state_dtype": self.state_dtype,
+            "shard_over": self.shard_over,
         }
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         """The optimizer of ``get_config``'s dict, also of one written before on either
-        backend (the JAX class wrote the inner optimizer under ``"inner_optimizer"``)."""
+        backend (the JAX class wrote the inner optimizer under ``"inner_optimizer"``). A
+        ``shard_over`` axis that the active distribution lacks (or no distribution, or not
+        JAX) is dropped with a warning: files are layout-free, the state loads unsharded."""
         config = dict(config)
         key = "optimizer" if "optimizer" in config else "inner_optimizer"
         inner = keras.saving.deserialize_keras_object(config.pop(key),
@@ -260,4 +268,5 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         for key, default in _BASE_DEFAULTS.items():
             if key in config and config[key] == default:
                 del config[key]
+        config["shard_over"] = _sharding.shard_over_here(config.get("shard_over"))
         return cls(inner, **config)

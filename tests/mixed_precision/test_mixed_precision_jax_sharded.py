@@ -1,0 +1,84 @@
+"""Masters under ``keras.distribution`` on JAX with four host devices (CI's JAX pass).
+
+Each test runs a part of tests/mixed_precision/_jax_sharded.py in a fresh process
+(``XLA_FLAGS`` must give four host devices before JAX is imported; its docstring says what
+each part asserts): every added array on its variable's layout under ModelParallel, with
+masters bit-identical to Keras mixed; ZeRO-1 (``shard_over``): masters bit-identical to the
+unsharded run, the bytes each device holds exactly as the sharding rule gives; weights and
+``.keras`` files that load exactly under any other layout. And two processes joined by
+``jax.distributed`` (tests/mixed_precision/_jax_two_hosts.py) train the masters of one.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+
+import keras
+import pytest
+from conftest import REPO
+
+pytestmark = [pytest.mark.backend_neutral,
+              pytest.mark.skipif(keras.backend.backend() != "jax",
+                                 reason="runs in CI's JAX pass (KERAS_BACKEND=jax)")]
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_jax_sharded.py")
+
+
+def _run(part):
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, SCRIPT, part], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("OK"), proc.stdout[-3000:]
+
+
+@pytest.mark.slow  # a subprocess, 16 trainings with their Keras mixed oracles
+def test_every_added_array_follows_the_layout_and_masters_match_keras_mixed():
+    _run("layouts")
+
+
+@pytest.mark.slow  # a subprocess, 14 trainings
+def test_shard_over_shards_masters_and_state_and_keeps_the_masters():
+    _run("zero1")
+
+
+@pytest.mark.slow  # a subprocess, 3 trainings and 9 loads of each file
+def test_files_written_under_one_layout_load_exactly_under_another():
+    _run("files")
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow  # three processes (two joined by jax.distributed), ~30 s on 2 cores
+def test_two_hosts_train_the_masters_of_one_and_write_a_file_one_host_loads(tmp_path):
+    script = os.path.join(os.path.dirname(SCRIPT), "_jax_two_hosts.py")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    port = _free_port()
+    workers = [subprocess.Popen([sys.executable, script, "worker", str(rank), str(port),
+                                 str(tmp_path)], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outputs = []
+    try:
+        for worker in workers:
+            outputs.append(worker.communicate(timeout=180)[0])
+    finally:
+        for worker in workers:  # a worker waiting on a dead peer must not outlive the test
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate()
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0 and output.strip().endswith("OK"), output[-3000:]
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    proc = subprocess.run([sys.executable, script, "reference", str(tmp_path)], env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "both processes hold the masters of one process" in proc.stdout
+    assert proc.stdout.strip().endswith("OK"), proc.stdout[-3000:]
