@@ -102,6 +102,16 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         for pair in pairs:
             internals.track_optimizer_variable(self, pair.other)
 
+    def finalize_variable_values(self, var_list):
+        """The base class's, unless the variables hold no value: Keras's ``fit`` on JAX
+        takes their values out for its compiled step and calls this in a ``finally`` block,
+        so after a step that raised they are empty (or hold the arrays that step consumed).
+        Then there is nothing to finalize, and the step's own exception propagates."""
+        var_list = list(var_list)
+        held = [*var_list, *(p.other for p in _jax_pairs.pairs_of(var_list))]
+        if all(_jax_pairs.holds_value(v) for v in held):
+            super().finalize_variable_values(var_list)
+
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
         mapping = list(zip(self._trainable_variables, trainable_variables)) + list(
             zip(self.variables, optimizer_variables))

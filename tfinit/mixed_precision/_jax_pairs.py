@@ -250,6 +250,11 @@ class PairedVariable(_pair_kinds.PairedVariableRules):
         return MasterPenalty(penalty, self)
 
     def assign(self, value):
+        if _is_deleted(value):
+            # Keras's fit on JAX syncs back, after a step that raised, the arrays that step
+            # consumed: stored as Keras stores them, so the step's own exception propagates.
+            raw_assign(self, value)
+            return value
         pair = pair_of(self)
         pair.assign_master(_keeping_unchanged_masters(pair, value))
         return value
@@ -272,6 +277,19 @@ def _is_traced(value):
     import jax
 
     return isinstance(value, jax.core.Tracer)
+
+
+def _is_deleted(value):
+    """Whether ``value`` is a JAX array whose buffer is gone (donated to a compiled step)."""
+    return keras.backend.backend() == "jax" and bool(
+        getattr(value, "is_deleted", lambda: False)())
+
+
+def holds_value(variable):
+    """Whether ``variable`` holds a value to compute with: not while Keras's ``fit`` on JAX
+    has taken it out for its compiled step (None), nor after a step that raised (the arrays
+    it consumed)."""
+    return internals.is_initialized(variable) and not _is_deleted(variable.value)
 
 
 def _keeping_unchanged_masters(pair, value):
