@@ -95,6 +95,16 @@ def test_layers_holding_finds_exactly_the_layers_constructed_under_a_policy():
     assert mine in found and other not in found, MOVED
 
 
+def test_models_compiled_with_finds_exactly_the_models_holding_the_optimizer():
+    optimizer = keras.optimizers.SGD()
+    mine = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    other = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    assert internals.models_compiled_with(optimizer) == [], MOVED
+    mine.compile(optimizer=optimizer, loss="mse")
+    other.compile(optimizer=keras.optimizers.SGD(), loss="mse")
+    assert internals.models_compiled_with(optimizer) == [mine], MOVED
+
+
 def test_object_methods_set_and_unset_on_one_object():
     a, b = keras.layers.Dense(1), keras.layers.Dense(1)
     internals.set_object_method(a, "get_config", lambda: {"mine": True})

@@ -185,6 +185,24 @@ def layers_holding(policy):
     return found
 
 
+def models_compiled_with(optimizer):
+    # Public stand-in: none; an optimizer does not know the model it was compiled with, whose
+    # dtype policy decides Keras's own loss scaling (`Model.compile(auto_scale_loss=True)`).
+    # `compile` stores it as the model's attribute `optimizer`: the models found by identity.
+    """The Keras models whose ``optimizer`` attribute is the object ``optimizer``."""
+    referrers = gc.get_referrers(optimizer)
+    dicts = [r for r in referrers if isinstance(r, dict)]
+    candidates = [r for r in referrers if isinstance(r, keras.Model)]
+    if dicts:
+        candidates += [o for o in gc.get_referrers(*dicts) if isinstance(o, keras.Model)]
+    found, seen = [], set()
+    for model in candidates:
+        if id(model) not in seen and getattr(model, "optimizer", None) is optimizer:
+            seen.add(id(model))
+            found.append(model)
+    return found
+
+
 def set_object_method(obj, name, function):
     # Public stand-in: none; a per-object override of one method of one object tfinit
     # created or was handed (the class and every other instance are untouched).

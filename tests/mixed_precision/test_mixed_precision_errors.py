@@ -12,7 +12,8 @@ import keras
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.backend_neutral  # TensorFlow, JAX (CI's JAX pass), torch
+pytestmark = [pytest.mark.backend_neutral,  # TensorFlow, JAX (CI's JAX pass), torch
+              pytest.mark.slow]  # each a fit or two: 1-8 s on 2 cores
 BACKEND = keras.backend.backend()
 MESSAGE = "the user's loss failed"
 

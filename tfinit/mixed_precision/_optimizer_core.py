@@ -127,11 +127,14 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
 
     # -- loss scaling ------------------------------------------------------------------
     def _resolve_scaling(self, pairs=None, commit=True):
-        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else the
-        paired variable a layer call read last in this thread (``fit`` on TensorFlow scales the
-        loss before it builds the optimizer, right after the forward pass), else the scopes
-        this process has entered (no 16-bit variable at all: no scaling). ``commit=False``
-        answers what it would be now without fixing it (a read of ``dynamic``)."""
+        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else
+        the compute dtype of the models compiled with this optimizer (a Keras
+        ``mixed_float16`` model: dynamic, as Keras's ``compile`` wraps its optimizer in a
+        ``LossScaleOptimizer``), else the paired variable a layer call read last in this
+        thread (``fit`` on TensorFlow scales the loss before it builds the optimizer, right
+        after the forward pass), else the scopes this process has entered (no 16-bit
+        variable at all: no scaling). ``commit=False`` answers what it would be now without
+        fixing it (a read of ``dynamic``)."""
         if self._scaling != AUTO:
             return self._scaling
         candidates = []
@@ -139,6 +142,8 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
             candidates.append({pair.spec.compute_dtype for pair in pairs})
         if _state.active() is not None:
             candidates.append({_state.active().spec.compute_dtype})
+        candidates.append({m.dtype_policy.compute_dtype  # as Keras's compile decides
+                           for m in internals.models_compiled_with(self)} & set(COMPUTE_DTYPES))
         if _state.last_read() is not None:
             candidates.append({_state.last_read()})
         candidates.append(_state.compute_dtypes_used() & set(COMPUTE_DTYPES))
