@@ -75,6 +75,8 @@ def _fit_error(model, fail_at_call, steps):
 @pytest.mark.parametrize("kind", ["pseudo_fp16/float16/fp32", "reverse/float16/fp32",
                                   "pseudo_fp16/bfloat16/split"])
 def test_failing_first_step_raises_the_users_exception(kind, dtype_policy):
+    if kind.endswith("/split") and BACKEND == "torch":
+        pytest.skip("master='split' runs on TensorFlow and JAX only (refused on torch)")
     compute_dtype = kind.split("/")[1]
     want = _fit_error(_model(f"keras/{compute_dtype}", dtype_policy), 1, 1)
     have = _fit_error(_model(kind, dtype_policy), 1, 1)
