@@ -284,6 +284,18 @@ def set_deferred_initializer(variable, function):
     set_object_method(variable, "_deferred_initialize", function)
 
 
+class WrittenElsewhere:
+    # Public stand-in: none. TensorFlow's Trackable protocol: a class that defines
+    # `_gather_saveables_for_checkpoint` (here: nothing) ahead of `_serialize_to_tensors` in
+    # its MRO writes no value to a `tf.train.Checkpoint` and is no object the restore status
+    # expects a value for (`assert_consumed`, `assert_existing_objects_matched`).
+    """Mixed in ahead of a variable class: its objects write nothing to checkpoints (their
+    value is written under another variable)."""
+
+    def _gather_saveables_for_checkpoint(self):
+        return {}
+
+
 def in_saved_model_save():
     # Public stand-in: none; `tf.saved_model.save` and `tf.train.Checkpoint` serialize
     # variables through the same `_serialize_to_tensors`. SavedModel traces inside its save
