@@ -111,8 +111,11 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         """The dtype ``variable`` stores (an unpaired one)."""
         raise NotImplementedError
 
+    # The no-op defaults have a statement, not only a docstring: AutoGraph converts them when
+    # the optimizer builds inside a tf.function and cannot convert an empty body.
     def _open_masters(self, pairs):
         """Before the inner optimizer runs on the masters of ``pairs``."""
+        return None
 
     def _close_masters(self, pairs):
         """After it ran: the copies re-cast from the masters."""
@@ -124,6 +127,7 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
 
     def _built_for(self, var_list, targets, pairs):
         """After ``build``: what the backend's step needs of the variables."""
+        return None
 
     # -- loss scaling ------------------------------------------------------------------
     def _resolve_scaling(self, pairs=None, commit=True):
