@@ -176,18 +176,5 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
 
-    def load_own_variables(self, store):
-        """Keras's, except the pairs' variables this optimizer carries as state (a
-        pseudo_fp16 master, a reverse copy, a split remainder) are not read from it.
-
-        Which variable of a pair sits at such an index depends on the scope the file was
-        written in (a reverse file has the bfloat16 copies where a pseudo_fp16 model has its
-        fp32 masters); the layers' entries of the same file hold the exact masters and set
-        every pair (its copy or remainder re-made), whatever the mode of either side.
-        """
-        if len(store.keys()) != len(self.variables):
-            return super().load_own_variables(store)  # Keras's warning, nothing loaded
-        paired = {id(p.other) for p in _jax_pairs.pairs_of(self._trainable_variables or [])}
-        for index, variable in enumerate(self.variables):
-            if id(variable) not in paired:
-                variable.assign(store[str(index)])
+    def _carried_pair_variables(self):
+        return [p.other for p in _jax_pairs.pairs_of(internals.optimizer_built_variables(self))]

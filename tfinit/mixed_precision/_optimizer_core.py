@@ -236,6 +236,35 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         internals.build_optimizer_base(self, var_list)
         self._built_for(var_list, targets, pairs)
 
+    # -- weight files ------------------------------------------------------------------
+    def _carried_pair_variables(self):
+        """The pairs' variables this optimizer carries as its own state, in the order they
+        follow its own variables in ``variables`` (none on TensorFlow)."""
+        return []
+
+    def load_own_variables(self, store):
+        """Keras's, for a file written on either backend, without the pairs' variables.
+
+        ``variables`` lists this optimizer's own variables, then (JAX) the pairs' variables
+        it carries as state (a pseudo_fp16 master, a reverse copy, a split remainder), then
+        the inner optimizer's. A file written on the other backend has those pair entries or
+        not; they are never read back (which variable of a pair sits there depends on the
+        scope that wrote it): the layers' entries of the same file hold the exact masters and
+        set every pair. Any other count: Keras's warning, nothing loaded.
+        """
+        variables, inner = self.variables, self.inner_optimizer.variables
+        carried = {id(v) for v in self._carried_pair_variables()}
+        own = [v for v in variables[:len(variables) - len(inner)] if id(v) not in carried]
+        in_file = len(store.keys()) - len(own) - len(inner)
+        pairs = self._update_targets(internals.optimizer_built_variables(self))[1] \
+            if self.built else []
+        if in_file not in {0, len(pairs)}:
+            return super().load_own_variables(store)  # Keras's warning, nothing loaded
+        for index, variable in enumerate(own):
+            variable.assign(store[str(index)])
+        for index, variable in enumerate(inner, len(own) + in_file):
+            variable.assign(store[str(index)])
+
     # -- delegation --------------------------------------------------------------------
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         """As Keras's, for the inner optimizer; paired variables map to their masters (a
