@@ -99,6 +99,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         # optimizer state too): the step's targets, and the pairs' other variables as this
         # optimizer's state, explicitly.
         object.__setattr__(self, "_targets", targets)
+        object.__setattr__(self, "_built_variables", list(var_list))  # the step's variables
         for pair in pairs:
             internals.track_optimizer_variable(self, pair.other)
 
@@ -113,13 +114,13 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             super().finalize_variable_values(var_list)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        mapping = list(zip(self._trainable_variables, trainable_variables)) + list(
+        mapping = list(zip(self._built_variables, trainable_variables)) + list(
             zip(self.variables, optimizer_variables))
 
         def run(step):
             with keras.StatelessScope(state_mapping=mapping) as scope:
                 step()
-            trainable = [scope.get_current_value(v) for v in self._trainable_variables]
+            trainable = [scope.get_current_value(v) for v in self._built_variables]
             state = [scope.get_current_value(v) for v in self.variables]
             return ([old if new is None else new
                      for new, old in zip(trainable, trainable_variables)],
@@ -142,10 +143,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         grads = list(grads)
         if self._resolve_scaling() is None:
             return self._step(grads, None)
-        pairs = _jax_pairs.pairs_of(self._trainable_variables)
+        pairs = _jax_pairs.pairs_of(self._built_variables)
         masters = {id(p.master) for p in pairs}
         written = [*(t for t in self._targets if id(t) not in masters),
-                   *self.inner_optimizer.variables, *self._variables,
+                   *self.variables,  # its own and the inner optimizer's
                    *(v for p in pairs for _, v in p.stored())]
         old = [ops.copy(v.value) for v in written]  # torch's values change in place
         skipped_scale = ops.multiply(self.dynamic_scale.value, 0.5 if self.dynamic else 1.0)
@@ -165,16 +166,16 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
     def _step(self, grads, scale):
         """Unscale in fp32, update the masters with the inner optimizer, re-cast the copies."""
         unscaled = []
-        for grad, variable in zip(grads, self._trainable_variables):
+        for grad, variable in zip(grads, self._built_variables):
             if grad is not None:
                 grad = ops.cast(grad, MASTER_DTYPE)
                 if scale is not None and not _jax_pairs.overwrites_with_gradient(variable):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
-        pairs = _jax_pairs.pairs_of(self._trainable_variables)
+        pairs = _jax_pairs.pairs_of(self._built_variables)
         self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
 
     def _carried_pair_variables(self):
-        return [p.other for p in _jax_pairs.pairs_of(internals.optimizer_built_variables(self))]
+        return [p.other for p in _jax_pairs.pairs_of(getattr(self, "_built_variables", []))]
