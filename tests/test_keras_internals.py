@@ -122,6 +122,14 @@ def test_written_elsewhere_variables_write_nothing_and_are_expected_nowhere(tmp_
     assert float(other.kept.numpy()) == 1.0 and float(other.skipped.numpy()) == 0.0, MOVED
 
 
+def test_optimizer_variable_index_is_the_position_it_was_built_for():
+    a, b = keras.Variable(np.ones(2, "f4")), keras.Variable(np.ones(3, "f4"))
+    optimizer = keras.optimizers.SGD()
+    optimizer.build([a, b])
+    assert internals.optimizer_variable_index(optimizer, b) == 1, MOVED
+    assert internals.optimizer_variable_index(optimizer, a) == 0, MOVED
+
+
 def test_object_methods_set_and_unset_on_one_object():
     a, b = keras.layers.Dense(1), keras.layers.Dense(1)
     internals.set_object_method(a, "get_config", lambda: {"mine": True})

@@ -341,6 +341,14 @@ def optimizer_built_variables(optimizer):
     return list(optimizer._trainable_variables)
 
 
+def optimizer_variable_index(optimizer, variable):
+    # Public stand-in: none; Keras's own optimizers find a variable's slots in their
+    # `update_step` by this index (it resolves a replica's component of a distributed
+    # variable, which an identity lookup would miss).
+    """The position of ``variable`` in the list ``optimizer`` was built for."""
+    return optimizer._get_variable_index(variable)
+
+
 def optimizer_strategy(optimizer):
     # Public stand-in: none; a Keras optimizer on TensorFlow records the tf.distribute
     # strategy it was created in.
