@@ -141,18 +141,17 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         fixing it (a read of ``dynamic``)."""
         if self._scaling != AUTO:
             return self._scaling
-        candidates = []
-        if pairs:
-            candidates.append({pair.spec.compute_dtype for pair in pairs})
-        if _state.active() is not None:
-            candidates.append({_state.active().spec.compute_dtype})
-        candidates.append({m.dtype_policy.compute_dtype  # as Keras's compile decides
-                           for m in internals.models_compiled_with(self)} & set(COMPUTE_DTYPES))
-        if _state.last_read() is not None:
-            candidates.append({_state.last_read()})
-        candidates.append(_state.compute_dtypes_used() & set(COMPUTE_DTYPES))
-        scaling = next((scaling_for(dtypes) for dtypes in candidates
-                        if scaling_for(dtypes) != AUTO), None)
+        active, last_read = _state.active(), _state.last_read()
+        candidates = (  # each asked only when the ones before it do not decide
+            lambda: {pair.spec.compute_dtype for pair in pairs or ()},
+            lambda: {active.spec.compute_dtype} if active is not None else set(),
+            lambda: {m.dtype_policy.compute_dtype  # as Keras's compile decides
+                     for m in internals.models_compiled_with(self)} & set(COMPUTE_DTYPES),
+            lambda: {last_read} if last_read is not None else set(),
+            lambda: _state.compute_dtypes_used() & set(COMPUTE_DTYPES),
+        )
+        scaling = next((scaling for scaling in (scaling_for(c()) for c in candidates)
+                        if scaling != AUTO), None)
         if commit:
             self._scaling = scaling
         return scaling
