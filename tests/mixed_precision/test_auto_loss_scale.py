@@ -36,13 +36,23 @@ def test_auto_scales_a_keras_mixed_float16_model_as_keras_does(dtype_policy):
     assert opt.dynamic and float(keras.ops.convert_to_numpy(opt.dynamic_scale.value)) == 2**15
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "float32"])
-def test_auto_does_not_scale_bfloat16_or_float32_models(policy, dtype_policy):
+def test_auto_does_not_scale_a_keras_mixed_bfloat16_model(dtype_policy):
     """As Keras, which wraps only ``mixed_float16`` models."""
     from tfinit import mixed_precision as mp
 
-    want, _ = _trained_kernel(policy, keras.optimizers.SGD(1.0), dtype_policy)
+    want, _ = _trained_kernel("mixed_bfloat16", keras.optimizers.SGD(1.0), dtype_policy)
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0))
-    have, _ = _trained_kernel(policy, opt, dtype_policy)
+    have, _ = _trained_kernel("mixed_bfloat16", opt, dtype_policy)
     assert have == want
     assert not opt.dynamic
+
+
+def test_a_float32_model_trains_as_with_keras(dtype_policy):
+    """A float32 model does not decide "auto" (a model assembled outside a scope from layers
+    built in one computes in 16 bits); whatever it resolves to, the step is Keras's."""
+    from tfinit import mixed_precision as mp
+
+    want, _ = _trained_kernel("float32", keras.optimizers.SGD(1.0), dtype_policy)
+    have, _ = _trained_kernel("float32", mp.MasterWeightOptimizer(keras.optimizers.SGD(1.0)),
+                              dtype_policy)
+    assert have == want
