@@ -281,8 +281,11 @@ def _is_traced(value):
 
 def _is_deleted(value):
     """Whether ``value`` is a JAX array whose buffer is gone (donated to a compiled step)."""
-    return keras.backend.backend() == "jax" and bool(
-        getattr(value, "is_deleted", lambda: False)())
+    if keras.backend.backend() != "jax" or _is_traced(value):
+        return False
+    import jax
+
+    return isinstance(value, jax.Array) and value.is_deleted()
 
 
 def holds_value(variable):
