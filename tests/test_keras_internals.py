@@ -95,6 +95,41 @@ def test_layers_holding_finds_exactly_the_layers_constructed_under_a_policy():
     assert mine in found and other not in found, MOVED
 
 
+def test_models_compiled_with_finds_exactly_the_models_holding_the_optimizer():
+    optimizer = keras.optimizers.SGD()
+    mine = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    other = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    assert internals.models_compiled_with(optimizer) == [], MOVED
+    mine.compile(optimizer=optimizer, loss="mse")
+    other.compile(optimizer=keras.optimizers.SGD(), loss="mse")
+    assert internals.models_compiled_with(optimizer) == [mine], MOVED
+
+
+def test_written_elsewhere_variables_write_nothing_and_are_expected_nowhere(tmp_path):
+    class Elsewhere(internals.WrittenElsewhere, keras.Variable):
+        pass
+
+    module = tf.Module()
+    module.kept, module.skipped = keras.Variable(1.0), Elsewhere(2.0)
+    path = tf.train.Checkpoint(module=module).save(str(tmp_path / "ck"))
+    keys = [key for key, _ in tf.train.list_variables(path)]
+    assert any("kept" in key for key in keys), MOVED
+    assert not any("skipped" in key for key in keys), MOVED
+    other = tf.Module()
+    other.kept, other.skipped = keras.Variable(0.0), Elsewhere(0.0)
+    status = tf.train.Checkpoint(module=other).restore(path)
+    status.assert_existing_objects_matched().assert_consumed()
+    assert float(other.kept.numpy()) == 1.0 and float(other.skipped.numpy()) == 0.0, MOVED
+
+
+def test_optimizer_variable_index_is_the_position_it_was_built_for():
+    a, b = keras.Variable(np.ones(2, "f4")), keras.Variable(np.ones(3, "f4"))
+    optimizer = keras.optimizers.SGD()
+    optimizer.build([a, b])
+    assert internals.optimizer_variable_index(optimizer, b) == 1, MOVED
+    assert internals.optimizer_variable_index(optimizer, a) == 0, MOVED
+
+
 def test_object_methods_set_and_unset_on_one_object():
     a, b = keras.layers.Dense(1), keras.layers.Dense(1)
     internals.set_object_method(a, "get_config", lambda: {"mine": True})

@@ -208,6 +208,24 @@ def layers_holding(policy):
     return found
 
 
+def models_compiled_with(optimizer):
+    # Public stand-in: none; an optimizer does not know the model it was compiled with, whose
+    # dtype policy decides Keras's own loss scaling (`Model.compile(auto_scale_loss=True)`).
+    # `compile` stores it as the model's attribute `optimizer`: the models found by identity.
+    """The Keras models whose ``optimizer`` attribute is the object ``optimizer``."""
+    referrers = gc.get_referrers(optimizer)
+    dicts = [r for r in referrers if isinstance(r, dict)]
+    candidates = [r for r in referrers if isinstance(r, keras.Model)]
+    if dicts:
+        candidates += [o for o in gc.get_referrers(*dicts) if isinstance(o, keras.Model)]
+    found, seen = [], set()
+    for model in candidates:
+        if id(model) not in seen and getattr(model, "optimizer", None) is optimizer:
+            seen.add(id(model))
+            found.append(model)
+    return found
+
+
 def set_object_method(obj, name, function):
     # Public stand-in: none; a per-object override of one method of one object tfinit
     # created or was handed (the class and every other instance are untouched).
@@ -289,6 +307,18 @@ def set_deferred_initializer(variable, function):
     set_object_method(variable, "_deferred_initialize", function)
 
 
+class WrittenElsewhere:
+    # Public stand-in: none. TensorFlow's Trackable protocol: a class that defines
+    # `_gather_saveables_for_checkpoint` (here: nothing) ahead of `_serialize_to_tensors` in
+    # its MRO writes no value to a `tf.train.Checkpoint` and is no object the restore status
+    # expects a value for (`assert_consumed`, `assert_existing_objects_matched`).
+    """Mixed in ahead of a variable class: its objects write nothing to checkpoints (their
+    value is written under another variable)."""
+
+    def _gather_saveables_for_checkpoint(self):
+        return {}
+
+
 def in_saved_model_save():
     # Public stand-in: none; `tf.saved_model.save` and `tf.train.Checkpoint` serialize
     # variables through the same `_serialize_to_tensors`. SavedModel traces inside its save
@@ -332,6 +362,14 @@ def optimizer_built_variables(optimizer):
     # `Optimizer.apply(grads)` without variables uses.
     """The trainable variables ``optimizer`` was built for."""
     return list(optimizer._trainable_variables)
+
+
+def optimizer_variable_index(optimizer, variable):
+    # Public stand-in: none; Keras's own optimizers find a variable's slots in their
+    # `update_step` by this index (it resolves a replica's component of a distributed
+    # variable, which an identity lookup would miss).
+    """The position of ``variable`` in the list ``optimizer`` was built for."""
+    return optimizer._get_variable_index(variable)
 
 
 def optimizer_strategy(optimizer):

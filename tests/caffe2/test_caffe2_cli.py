@@ -93,6 +93,22 @@ def test_convert_reports_unsupported_ops_in_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "Im2Col (op #6)" in err
 
 
+def test_convert_with_the_two_nets_swapped_says_so_in_one_line(tmp_path, capsys):
+    """Issue 40, 6: PREDICT INIT OUT (to_keras's order) names the swap and the fix."""
+    predict, params = nets.cnn()
+    (tmp_path / "i.pb").write_bytes(nets.given_tensor_init_net(params).to_bytes())
+    (tmp_path / "p.pb").write_bytes(predict.to_bytes())
+    out = str(tmp_path / "o.keras")
+    assert main(["convert", str(tmp_path / "p.pb"), str(tmp_path / "i.pb"), out,
+                 "--input-shape", "3,8,8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "look swapped" in err and "'Conv' is not an operator tfinit replays" in err
+    assert f"tfinit convert {tmp_path / 'i.pb'} {tmp_path / 'p.pb'} {out}" in err
+    assert main(["convert", str(tmp_path / "i.pb"), str(tmp_path / "p.pb"), out,
+                 "--input-shape", "3,8,8"]) == 0  # the fix it gives works
+
+
 def test_convert_says_when_the_model_needs_tfinit_to_load(tmp_path, capsys):
     predict, _ = nets.padded_pools()
     (tmp_path / "i.pb").write_bytes(NetDef(name="no_params").to_bytes())
@@ -118,6 +134,24 @@ def test_convert_check_reports_every_blob_of_a_real_net(tmp_path, capsys):
                    for line in text.splitlines()), blob
     assert "all 9 blobs match Caffe2" in text and "Caffe2LSTM" in text
     assert out.exists()
+
+
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+def test_the_readmes_convert_example_prints_what_the_readme_shows(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Every line of the README's `tfinit convert` block up to its "..." is printed."""
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("$ tfinit convert ", 1)[1].split("```", 1)[0].splitlines()
+    command, shown = block[0].split(), block[1:]
+    monkeypatch.chdir(REPO / "tfinit" / "caffe2" / "examples")
+    command[2] = str(tmp_path / command[2])  # the output file
+    assert main(["convert", *command]) == 0
+    printed = capsys.readouterr().out.replace(str(tmp_path) + "/", "").splitlines()
+    for line in shown:
+        head = line.split("...")[0]
+        assert any(p.startswith(head) for p in printed), (line, printed)
 
 
 def test_convert_batch_major_checks_against_caffe2s_time_major_blobs(tmp_path, capsys):

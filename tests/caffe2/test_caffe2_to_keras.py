@@ -174,3 +174,13 @@ def test_malformed_ops_raise_value_errors():
     predict.ops[2] = Operator("Relu", (), ("bn1",))
     with pytest.raises(ValueError, match=r"op #2 Relu.*needs an input"):
         to_keras(predict, params, (3, 8, 8))
+
+
+def test_swapped_nets_are_named_as_swapped():
+    """Issue 40, 6: to_keras(init_net, predict_net, ...) says the two look swapped."""
+    predict, params = nets.cnn()
+    init = nets.given_tensor_init_net(params)
+    with pytest.raises(ValueError, match="look swapped.*'Conv' is not an operator tfinit "
+                                         r"replays.*to_keras\(predict_net, init_net"):
+        to_keras(init, predict, (3, 8, 8))
+    assert to_keras(predict, init, (3, 8, 8)).count_params() > 0

@@ -661,3 +661,35 @@ def test_reading_dynamic_before_the_first_step_does_not_fix_auto():
     assert opt.dynamic is True  # what this thread's last read says before the model is known
     opt.build(model.trainable_variables)
     assert opt.dynamic is False and float(opt.dynamic_scale.numpy()) == 1.0
+
+
+@pytest.mark.slow  # over 1 s on 2 cores (tracing)
+@pytest.mark.parametrize("mode, compute_dtype, master", [
+    ("pseudo_fp16", "float16", "fp32"), ("reverse", "bfloat16", "fp32"),
+    ("pseudo_fp16", "bfloat16", "split")])
+def test_building_inside_a_tf_function_logs_no_autograph_warning(mode, compute_dtype, master):
+    """Issue 40, 6: no "AutoGraph could not transform ... Please report this" warning."""
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = tf.get_logger()
+    logger.addHandler(handler)
+    try:
+        with mp.scope(mode, compute_dtype, master=master):
+            model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1))
+
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                loss = opt.scale_loss(tf.reduce_sum(tf.cast(model(x), tf.float32)))
+            opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+
+        step(tf.ones((1, 2)))
+    finally:
+        logger.removeHandler(handler)
+    assert opt.built and int(opt.iterations.numpy()) == 1
+    messages = [r.getMessage() for r in records]
+    assert not [m for m in messages if "AutoGraph could not transform" in m], messages

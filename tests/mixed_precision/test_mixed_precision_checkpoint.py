@@ -152,3 +152,63 @@ def test_checkpoint_with_masters_refuses_plain_16bit_model(tmp_path, dtype_polic
         plain16 = _plain()
     with pytest.raises(Exception, match="dtype"):
         tf.train.Checkpoint(model=plain16).read(path).assert_consumed()
+
+
+def _trained(mode, compute_dtype, master):
+    with mp.scope(mode, compute_dtype, master=master):
+        model = _plain()
+    opt = mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2))
+    model.compile(optimizer=opt, loss="mse")
+    return model, opt
+
+
+def _assert_same_masters(model, other):
+    """Every master of ``model`` has ``other``'s bits (any kind of pair; copies checked
+    against their masters by get_master_weights)."""
+    got, want = mp.get_master_weights(model), mp.get_master_weights(other)
+    assert len(got) == len(want) > 0
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+
+
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.parametrize("mode, compute_dtype, master", [
+    ("pseudo_fp16", "float16", "fp32"), ("reverse", "bfloat16", "fp32"),
+    ("pseudo_fp16", "bfloat16", "split")])
+def test_deferred_restore_passes_tensorflows_status_checks(tmp_path, mode, compute_dtype,
+                                                          master):
+    """Issue 40, 4: restored before the optimizer is built, then built by the first step:
+    both status checks pass (as Keras mixed with LossScaleOptimizer), values exact."""
+    x = np.random.RandomState(0).rand(8, 3).astype("f4")
+    y = np.random.RandomState(1).rand(8, 1).astype("f4")
+    m1, o1 = _trained(mode, compute_dtype, master)
+    m1.fit(x, y, epochs=2, verbose=0)
+    path = tf.train.Checkpoint(model=m1, optimizer=o1).save(str(tmp_path / "ck"))
+    m2, o2 = _trained(mode, compute_dtype, master)
+    status = tf.train.Checkpoint(model=m2, optimizer=o2).restore(path)
+    assert not o2.built
+    _assert_same_masters(m2, m1)
+    m1.fit(x, y, verbose=0)  # the same step on both: the restored state is all of it
+    m2.fit(x, y, verbose=0)
+    status.assert_existing_objects_matched()
+    status.assert_consumed()
+    _assert_same_masters(m2, m1)
+    for want, have in zip(o1.variables, o2.variables):
+        assert np.asarray(want).tobytes() == np.asarray(have).tobytes(), have.path
+
+
+@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+def test_deferred_restore_of_keras_mixed_passes_the_status_checks(tmp_path, dtype_policy):
+    """The oracle of the test above: Keras mixed with a LossScaleOptimizer."""
+    x = np.random.RandomState(0).rand(8, 3).astype("f4")
+    y = np.random.RandomState(1).rand(8, 1).astype("f4")
+    with dtype_policy("mixed_float16"):
+        k1, k2 = _plain(), _plain()
+    for model in (k1, k2):
+        model.compile(optimizer=keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.Adam(1e-2)), loss="mse")
+    k1.fit(x, y, verbose=0)
+    path = tf.train.Checkpoint(model=k1, optimizer=k1.optimizer).save(str(tmp_path / "keras"))
+    status = tf.train.Checkpoint(model=k2, optimizer=k2.optimizer).restore(path)
+    k2.fit(x, y, verbose=0)
+    status.assert_existing_objects_matched()
+    status.assert_consumed()

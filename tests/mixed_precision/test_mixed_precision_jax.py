@@ -260,14 +260,17 @@ _WRITE = textwrap.dedent("""
                                   keras.layers.BatchNormalization(), keras.layers.Dense(2)])
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 6)).astype("float32"); y = rng.normal(size=(16, 2)).astype("float32")
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     model.fit(x, y, batch_size=8, verbose=0)
     model.save(folder + "/m.keras")
     model.save_weights(folder + "/m.weights.h5")
     np.savez(folder + "/masters.npz", *mp.get_master_weights(model))
+    opt = model.optimizer
+    np.savez(folder + "/optimizer.npz", *[np.asarray(v.value) for v in (
+        opt.iterations, opt.step_counter, opt.dynamic_scale, *opt.inner_optimizer.variables)])
 """)
 _READ = textwrap.dedent("""
-    import sys
+    import sys, warnings
     import keras, numpy as np
     from tfinit import mixed_precision as mp
     mode, dtype, folder = sys.argv[1:4]
@@ -281,6 +284,22 @@ _READ = textwrap.dedent("""
         got = mp.get_master_weights(model)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want)), "masters differ"
         assert model.layers[0].kernel.dtype == (dtype if mode == "pseudo_fp16" else "float32")
+    # Compiled: the optimizer's state loads exactly, without Keras's "Skipping variable
+    # loading" warning (the file has the pairs' variables as optimizer state, or not).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with mp.scope(mode, compute_dtype=dtype):
+            compiled = keras.models.load_model(folder + "/m.keras")
+    assert not [w for w in caught if "Skipping variable" in str(w.message)], caught
+    opt = compiled.optimizer
+    have = [opt.iterations, opt.step_counter, opt.dynamic_scale, *opt.inner_optimizer.variables]
+    want = list(np.load(folder + "/optimizer.npz").values())
+    assert len(have) == len(want) and int(want[0]) >= 1  # a step applied: state to load
+    assert all(np.asarray(h.value).astype(w.dtype).tobytes() == w.tobytes()  # int32/int64
+               for h, w in zip(have, want)), "optimizer state differs"
+    got = mp.get_master_weights(compiled)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, list(np.load(
+        folder + "/masters.npz").values())))
     print("ok", keras.backend.backend())
 """)
 

@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 
-from tfinit.caffe2._fill import RANDOM_OPS, load_init_net, read_with_progress, supported_ops
+from tfinit.caffe2._fill import (RANDOM_OPS, holds_only_fill_ops, load_init_net,
+                                 read_with_progress, supported_ops)
 from tfinit.caffe2._netdef import NetDef, RawField
 
 _USER_ERRORS = (ValueError, TypeError, KeyError, OSError)
@@ -147,6 +148,21 @@ def parse_input_shape(values):
     return named
 
 
+def _refuse_swapped(init_net, predict_net, output, err):
+    """Raise ValueError saying the files look swapped when ``init_net`` failed to replay
+    (``err``) and ``predict_net`` holds only fill ops; else nothing."""
+    try:
+        predict = read_with_progress(predict_net, 0)
+    except _USER_ERRORS:
+        return
+    if holds_only_fill_ops(predict):
+        raise ValueError(
+            f"the files look swapped: INIT_NET {init_net} does not replay "
+            f"({str(err).split(';')[0]}) and "
+            f"PREDICT_NET {predict_net} holds only fill ops. `tfinit convert` takes the init "
+            f"net first: tfinit convert {predict_net} {init_net} {output} ...") from None
+
+
 def convert(init_net, predict_net, output, input_shape, error=ValueError, input_format=None,
             check=None, rtol=1e-4, progress=False, max_bytes=None, atol=None, time_major=True):
     """Write the Keras model of ``predict_net`` + ``init_net`` to ``output`` (.keras).
@@ -171,7 +187,11 @@ def convert(init_net, predict_net, output, input_shape, error=ValueError, input_
             raise ValueError("--input-shape is required (or --check FILE.npz, whose "
                              "inputs give the shapes)")
         with _to_stderr(progress):  # read once: the blobs it fills are parameters
-            params = load_init_net(init_net, max_bytes=max_bytes, verbose=int(progress))
+            try:
+                params = load_init_net(init_net, max_bytes=max_bytes, verbose=int(progress))
+            except ValueError as err:
+                _refuse_swapped(init_net, predict_net, output, err)
+                raise
         if shape is None:
             shape = reference_input_shape(predict_net, check, input_format, params=params,
                                           time_major=time_major)

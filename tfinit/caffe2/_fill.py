@@ -236,5 +236,11 @@ def load_init_net(source, seed=None, seeds=None, *, max_bytes=None, verbose=0):
     return blobs
 
 
+def holds_only_fill_ops(net):
+    """Whether the NetDef ``net`` has ops and every one is a fill op tfinit replays: an init
+    net, when it was given where a predict net goes (the two files swapped)."""
+    return bool(net.ops) and all(op.type in OPS for op in net.ops)
+
+
 # ExternalInitializer reads init_nets through tfinit.sources, which sits below this package.
 sources.register_init_net_reader(load_init_net)

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from tfinit.caffe2 import _ops, _plan, _sequence, _spec
-from tfinit.caffe2._fill import load_init_net
+from tfinit.caffe2._fill import holds_only_fill_ops, load_init_net
 from tfinit.caffe2._keras import load_into_keras
 from tfinit.caffe2._memory import Limit
 from tfinit.caffe2._netdef import read_netdef
@@ -271,8 +271,17 @@ def to_keras(predict_net, init_net, input_shape, outputs=None, input_format=None
     verbose = check_verbose(verbose, "to_keras")
     limit = Limit(max_bytes, "to_keras")
     net = read_netdef(predict_net)
-    params = init_net if isinstance(init_net, Mapping) else load_init_net(
-        init_net, max_bytes=max_bytes, verbose=verbose)
+    try:
+        params = init_net if isinstance(init_net, Mapping) else load_init_net(
+            init_net, max_bytes=max_bytes, verbose=verbose)
+    except ValueError as err:
+        if holds_only_fill_ops(net):
+            raise ValueError(
+                "to_keras: the two nets look swapped: argument `predict_net` holds only fill "
+                f"ops (an init net) and `init_net` does not replay ({str(err).split(';')[0]}). "
+                "to_keras takes "
+                "the predict net first: to_keras(predict_net, init_net, input_shape).") from None
+        raise
     b = build(net, params, input_shape, input_format, limit=limit, verbose=verbose,
               time_major=time_major, reserve=net.external_output if outputs is None else outputs)
     return model_of(b, net, outputs, verbose=verbose)

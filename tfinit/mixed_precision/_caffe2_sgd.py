@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from tfinit import _backend
+from tfinit import _keras_internals as internals
 from tfinit.parameter_info import caffe2_tag
 
 
@@ -114,7 +115,7 @@ class Caffe2MomentumSGD(keras.optimizers.Optimizer):
         lr = ops.cast(learning_rate, dtype)
         mu = ops.cast(self.momentum, dtype)
         g = ops.cast(gradient, dtype)
-        index = self._get_variable_index(variable)
+        index = internals.optimizer_variable_index(self, variable)
         if self.caffe2_weight_decay and self._caffe2_decayed[index]:
             # brew's WeightedSum([grad, ONE, w, WD]): grad * 1 + w * wd
             g = ops.add(g, ops.multiply(variable, ops.cast(self.caffe2_weight_decay, dtype)))

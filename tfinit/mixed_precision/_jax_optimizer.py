@@ -135,17 +135,28 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         # optimizer state too): the step's targets, and the pairs' other variables as this
         # optimizer's state, explicitly.
         object.__setattr__(self, "_targets", targets)
+        object.__setattr__(self, "_built_variables", list(var_list))  # the step's variables
         for pair in pairs:
             internals.track_optimizer_variable(self, pair.other)
 
+    def finalize_variable_values(self, var_list):
+        """The base class's, unless the variables hold no value: Keras's ``fit`` on JAX
+        takes their values out for its compiled step and calls this in a ``finally`` block,
+        so after a step that raised they are empty (or hold the arrays that step consumed).
+        Then there is nothing to finalize, and the step's own exception propagates."""
+        var_list = list(var_list)
+        held = [*var_list, *(p.other for p in _jax_pairs.pairs_of(var_list))]
+        if all(_jax_pairs.holds_value(v) for v in held):
+            super().finalize_variable_values(var_list)
+
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        mapping = list(zip(self._trainable_variables, trainable_variables)) + list(
+        mapping = list(zip(self._built_variables, trainable_variables)) + list(
             zip(self.variables, optimizer_variables))
 
         def run(step):
             with keras.StatelessScope(state_mapping=mapping) as scope:
                 step()
-            trainable = [scope.get_current_value(v) for v in self._trainable_variables]
+            trainable = [scope.get_current_value(v) for v in self._built_variables]
             state = [scope.get_current_value(v) for v in self.variables]
             return ([old if new is None else new
                      for new, old in zip(trainable, trainable_variables)],
@@ -168,10 +179,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         grads = list(grads)
         if self._resolve_scaling() is None:
             return self._step(grads, None)
-        pairs = _jax_pairs.pairs_of(self._trainable_variables)
+        pairs = _jax_pairs.pairs_of(self._built_variables)
         masters = {id(p.master) for p in pairs}
         written = [*(t for t in self._targets if id(t) not in masters),
-                   *self.inner_optimizer.variables, *self._variables,
+                   *self.variables,  # its own and the inner optimizer's
                    *(v for p in pairs for _, v in p.stored())]
         old = [ops.copy(v.value) for v in written]  # torch's values change in place
         skipped_scale = ops.multiply(self.dynamic_scale.value, 0.5 if self.dynamic else 1.0)
@@ -191,13 +202,13 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
     def _step(self, grads, scale):
         """Unscale in fp32, update the masters with the inner optimizer, re-cast the copies."""
         unscaled = []
-        for grad, variable in zip(grads, self._trainable_variables):
+        for grad, variable in zip(grads, self._built_variables):
             if grad is not None:
                 grad = ops.cast(grad, MASTER_DTYPE)
                 if scale is not None and not _jax_pairs.overwrites_with_gradient(variable):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
-        pairs = _jax_pairs.pairs_of(self._trainable_variables)
+        pairs = _jax_pairs.pairs_of(self._built_variables)
         self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
@@ -207,18 +218,5 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         multi-host mesh) is gathered first, in every process (Keras's own read fails)."""
         _sharding.save_gathered(self, store)
 
-    def load_own_variables(self, store):
-        """Keras's, except the pairs' variables this optimizer carries as state (a
-        pseudo_fp16 master, a reverse copy, a split remainder) are not read from it.
-
-        Which variable of a pair sits at such an index depends on the scope the file was
-        written in (a reverse file has the bfloat16 copies where a pseudo_fp16 model has its
-        fp32 masters); the layers' entries of the same file hold the exact masters and set
-        every pair (its copy or remainder re-made), whatever the mode of either side.
-        """
-        if len(store.keys()) != len(self.variables):
-            return super().load_own_variables(store)  # Keras's warning, nothing loaded
-        paired = {id(p.other) for p in _jax_pairs.pairs_of(self._trainable_variables or [])}
-        for index, variable in enumerate(self.variables):
-            if id(variable) not in paired:
-                variable.assign(store[str(index)])
+    def _carried_pair_variables(self):
+        return [p.other for p in _jax_pairs.pairs_of(getattr(self, "_built_variables", []))]

@@ -268,6 +268,11 @@ class PairedVariable(_pair_kinds.PairedVariableRules, internals.WideningKerasVar
         return MasterPenalty(penalty, self)
 
     def assign(self, value):
+        if _is_deleted(value):
+            # Keras's fit on JAX syncs back, after a step that raised, the arrays that step
+            # consumed: stored as Keras stores them, so the step's own exception propagates.
+            raw_assign(self, value)
+            return value
         pair = pair_of(self)
         pair.assign_master(_keeping_unchanged_masters(pair, value))
         return value
@@ -290,6 +295,22 @@ def _is_traced(value):
     import jax
 
     return isinstance(value, jax.core.Tracer)
+
+
+def _is_deleted(value):
+    """Whether ``value`` is a JAX array whose buffer is gone (donated to a compiled step)."""
+    if keras.backend.backend() != "jax" or _is_traced(value):
+        return False
+    import jax
+
+    return isinstance(value, jax.Array) and value.is_deleted()
+
+
+def holds_value(variable):
+    """Whether ``variable`` holds a value to compute with: not while Keras's ``fit`` on JAX
+    has taken it out for its compiled step (None), nor after a step that raised (the arrays
+    it consumed)."""
+    return internals.is_initialized(variable) and not _is_deleted(variable.value)
 
 
 def _keeping_unchanged_masters(pair, value):

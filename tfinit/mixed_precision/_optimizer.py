@@ -32,7 +32,10 @@ and halves the scale (Keras's ``LossScaleOptimizer`` constants; no lower or uppe
   it computes in bfloat16 (bfloat16 has float32's exponent range, as Keras's
   ``mixed_bfloat16`` assumes). Decided once: in the constructor inside a scope, else at the
   first ``scale_loss`` or step, from the pairs the optimizer is built for, else the active
-  scope, else the paired variable a layer read last, else the scopes the process entered
+  scope, else the compute dtype of the model compiled with it (a Keras ``mixed_float16``
+  model without a tfinit scope: dynamic, as Keras's own ``compile`` would wrap its optimizer
+  in a ``LossScaleOptimizer``), else the paired variable a layer read last, else the scopes
+  the process entered
   (float16 among them: dynamic; no 16-bit variable at all: no scaling).
 - ``None``: no scaling and no finiteness check: every step is applied, as a plain Keras
   optimizer does (``mixed_bfloat16``).

@@ -116,8 +116,11 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         """The dtype ``variable`` stores (an unpaired one)."""
         raise NotImplementedError
 
+    # The no-op defaults have a statement, not only a docstring: AutoGraph converts them when
+    # the optimizer builds inside a tf.function and cannot convert an empty body.
     def _open_masters(self, pairs):
         """Before the inner optimizer runs on the masters of ``pairs``."""
+        return None
 
     def _close_masters(self, pairs):
         """After it ran: the copies re-cast from the masters."""
@@ -129,26 +132,31 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
 
     def _built_for(self, var_list, targets, pairs):
         """After ``build``: what the backend's step needs of the variables."""
+        return None
 
     # -- loss scaling ------------------------------------------------------------------
     def _resolve_scaling(self, pairs=None, commit=True):
-        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else the
-        paired variable a layer call read last in this thread (``fit`` on TensorFlow scales the
-        loss before it builds the optimizer, right after the forward pass), else the scopes
-        this process has entered (no 16-bit variable at all: no scaling). ``commit=False``
-        answers what it would be now without fixing it (a read of ``dynamic``)."""
+        """Fix ``"auto"`` for good: from the pairs being built, else the active scope, else
+        the compute dtype of the models compiled with this optimizer (a Keras
+        ``mixed_float16`` model: dynamic, as Keras's ``compile`` wraps its optimizer in a
+        ``LossScaleOptimizer``), else the paired variable a layer call read last in this
+        thread (``fit`` on TensorFlow scales the loss before it builds the optimizer, right
+        after the forward pass), else the scopes this process has entered (no 16-bit
+        variable at all: no scaling). ``commit=False`` answers what it would be now without
+        fixing it (a read of ``dynamic``)."""
         if self._scaling != AUTO:
             return self._scaling
-        candidates = []
-        if pairs:
-            candidates.append({pair.spec.compute_dtype for pair in pairs})
-        if _state.active() is not None:
-            candidates.append({_state.active().spec.compute_dtype})
-        if _state.last_read() is not None:
-            candidates.append({_state.last_read()})
-        candidates.append(_state.compute_dtypes_used() & set(COMPUTE_DTYPES))
-        scaling = next((scaling_for(dtypes) for dtypes in candidates
-                        if scaling_for(dtypes) != AUTO), None)
+        active, last_read = _state.active(), _state.last_read()
+        candidates = (  # each asked only when the ones before it do not decide
+            lambda: {pair.spec.compute_dtype for pair in pairs or ()},
+            lambda: {active.spec.compute_dtype} if active is not None else set(),
+            lambda: {m.dtype_policy.compute_dtype  # as Keras's compile decides
+                     for m in internals.models_compiled_with(self)} & set(COMPUTE_DTYPES),
+            lambda: {last_read} if last_read is not None else set(),
+            lambda: _state.compute_dtypes_used() & set(COMPUTE_DTYPES),
+        )
+        scaling = next((scaling for scaling in (scaling_for(c()) for c in candidates)
+                        if scaling != AUTO), None)
         if commit:
             self._scaling = scaling
         return scaling
@@ -231,6 +239,35 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer.build(targets)
         internals.build_optimizer_base(self, var_list)
         self._built_for(var_list, targets, pairs)
+
+    # -- weight files ------------------------------------------------------------------
+    def _carried_pair_variables(self):
+        """The pairs' variables this optimizer carries as its own state, in the order they
+        follow its own variables in ``variables`` (none on TensorFlow)."""
+        return []
+
+    def load_own_variables(self, store):
+        """Keras's, for a file written on either backend, without the pairs' variables.
+
+        ``variables`` lists this optimizer's own variables, then (JAX) the pairs' variables
+        it carries as state (a pseudo_fp16 master, a reverse copy, a split remainder), then
+        the inner optimizer's. A file written on the other backend has those pair entries or
+        not; they are never read back (which variable of a pair sits there depends on the
+        scope that wrote it): the layers' entries of the same file hold the exact masters and
+        set every pair. Any other count: Keras's warning, nothing loaded.
+        """
+        variables, inner = self.variables, self.inner_optimizer.variables
+        carried = {id(v) for v in self._carried_pair_variables()}
+        own = [v for v in variables[:len(variables) - len(inner)] if id(v) not in carried]
+        in_file = len(store.keys()) - len(own) - len(inner)
+        pairs = self._update_targets(internals.optimizer_built_variables(self))[1] \
+            if self.built else []
+        if in_file not in {0, len(pairs)}:
+            return super().load_own_variables(store)  # Keras's warning, nothing loaded
+        for index, variable in enumerate(own):
+            variable.assign(store[str(index)])
+        for index, variable in enumerate(inner, len(own) + in_file):
+            variable.assign(store[str(index)])
 
     # -- delegation --------------------------------------------------------------------
     def exclude_from_weight_decay(self, var_list=None, var_names=None):

@@ -101,7 +101,7 @@ class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVaria
         return self.value
 
 
-class MasterVariable(keras.Variable):
+class MasterVariable(internals.WrittenElsewhere, keras.Variable):
     """The fp32 master of a pair as the Keras variable an optimizer updates.
 
     It wraps the master ``tf.Variable`` itself (no second buffer) and answers for the paired
@@ -109,6 +109,13 @@ class MasterVariable(keras.Variable):
     variable's (so ``MultiOptimizer`` routes, ``Muon``'s exclusions and weight-decay name
     patterns match as under Keras's mixed policies), and its ``constraint`` and
     ``overwrite_with_gradient`` are the paired variable's.
+
+    It writes nothing to a ``tf.train.Checkpoint``: the master is written once, under the
+    paired variable (the model's, and the optimizer's list of the variables it trains). The
+    inner optimizer lists its ``MasterVariable`` objects, made at its build; a checkpoint
+    restored before that build (deferred) could not bind values to them, and TensorFlow's
+    restore status would report them unmatched (Keras's ``LossScaleOptimizer`` lists the
+    model's own variables there).
     """
 
     def __init__(self, paired, master, shape=None, **kwargs):
