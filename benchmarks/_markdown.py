@@ -1,4 +1,7 @@
-"""The Markdown tables every benchmark writes (one helper, imported by each; imports nothing)."""
+"""The Markdown tables every benchmark writes (one helper, imported by each), and the command
+line of the benchmarks that print one table (``--quick`` / ``--smoke``); imports nothing else."""
+
+import argparse
 
 
 def to_markdown(rows):
@@ -10,3 +13,14 @@ def to_markdown(rows):
     for row in rows:
         lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
+
+
+def print_table_main(run, prog, description, argv=None):
+    """``python -m PROG [--quick|--smoke]``: prints ``run(mode)``'s rows as a table; 0."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true")
+    size.add_argument("--smoke", action="store_true")
+    args = parser.parse_args(argv)
+    print(to_markdown(run("smoke" if args.smoke else "quick" if args.quick else "full")))
+    return 0

@@ -25,7 +25,6 @@ Keras 3.15): RoIAlign 306 ms vs 136 ms (ratio 2.13, 95 % CI 1.93-2.44); BoxWithN
 class, against one C++ kernel); GenerateProposals 23.5 ms vs 23.7 ms (1.01, CI 0.85-1.29).
 """
 
-import argparse
 import os
 import sys
 
@@ -169,17 +168,10 @@ def run(mode="full"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.detection",
-                                     description=__doc__.splitlines()[0])
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true")
-    size.add_argument("--smoke", action="store_true")
-    args = parser.parse_args(argv)
-    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    from benchmarks._markdown import to_markdown
+    from benchmarks._markdown import print_table_main
 
-    print(to_markdown(run(mode)))
-    return 0
+    return print_table_main(run, "python -m benchmarks.detection", __doc__.splitlines()[0],
+                            argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ settings (1000 proposals per level and after Collect, 100 detections); random we
   (the difference is the proposals, RoIAlign, box and mask heads, BBoxTransform and NMS).
 """
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -137,17 +136,10 @@ def run(mode="full"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.detection_net",
-                                     description=__doc__.splitlines()[0])
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true")
-    size.add_argument("--smoke", action="store_true")
-    args = parser.parse_args(argv)
-    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    from benchmarks._markdown import to_markdown
+    from benchmarks._markdown import print_table_main
 
-    print(to_markdown(run(mode)))
-    return 0
+    return print_table_main(run, "python -m benchmarks.detection_net", __doc__.splitlines()[0],
+                            argv)
 
 
 if __name__ == "__main__":
