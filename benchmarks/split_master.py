@@ -33,7 +33,7 @@ import tensorflow as tf
 from benchmarks import memory
 from benchmarks._timing import compare
 from benchmarks.training import Contender, build_model
-from tfinit import _split_master
+from tfinit._split_master import tensorflow as _split_master
 from tfinit import mixed_precision as mp
 
 SCHEMES = {

@@ -5,8 +5,8 @@ initializer family with the Caffe2 fill replay, then the packages (``tfinit.mixe
 and the Caffe2 conversion of ``tfinit.caffe2``) and what uses them. A package is one layer:
 inside it, its private modules have layers of their own (lowest first) and the package
 module sits on top. A module outside a package imports it through its package module only
-(``tfinit.mixed_precision``, never ``tfinit.mixed_precision._pairs``). Each module's imports
-(also those inside functions) are read from its source.
+(``tfinit.mixed_precision``, never ``tfinit.mixed_precision.common.pair_kinds``). Each
+module's imports (also those inside functions) are read from its source.
 """
 
 import ast
@@ -27,14 +27,19 @@ def package(name, layers):
 LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_args", "_precision", "_keras_internals",
+     "_split_master",  # the split master's bit layout (its maths: in the next layer)
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written
-    ["parameter_info", "sources", "_split_master", "caffe2._netdef", "caffe2._detection_args",
+    ["parameter_info", "sources", "_split_master.tensorflow", "_split_master.jax",
+     "caffe2._netdef", "caffe2._detection_args",
      "caffe2._detection_boxes"],
     # where create_param tracks its variables; the fill operators (one package)
     [
         "_init_net",
+        # Caffe2's training pieces: LearningRate schedules, MomentumSGD (on every backend);
+        # tfinit.caffe2 and tfinit.mixed_precision re-export them
+        package("_caffe2_training", [["learning_rate", "momentum_sgd"]]),
         "caffe2._box_with_nms_limit",  # tfinit.caffe2._detection names it with the other four
         package("fills", [
             # exact casts; Caffe2's CPU streams in numpy; the op-name table
@@ -53,29 +58,38 @@ LAYERS = [
     # the packages above the initializers, peers: neither imports the other
     [
         package("mixed_precision", [
-            # the pair kinds' roles (every backend); the active scopes; weight files seen
-            # through conversions; the split layout on JAX; what replica_mismatches reports;
-            # the layouts of masters sharded over a mesh axis (shard_over, JAX)
-            ["_pair_kinds", "_caffe2_sgd", "_state", "_weight_files", "_jax_split",
-             "_replica_checks", "_sharding"],
-            # TensorFlow's pair records; the layers' dtype policy; what both backends'
-            # MasterWeightOptimizer shares (no TensorFlow)
-            ["_pairs", "_policy", "_optimizer_core"],
-            # checkpoints and Keras variables on TensorFlow; JAX/torch: the pair records made
-            # from built layers (no variable creator there); what both scopes set on the
-            # layers and models they construct or load (finds them through the policy)
-            ["_checkpoint", "_variable", "_jax_pairs", "_scope_hooks"],
-            # each backend's optimizer; the backend's pair functions, chosen once
-            ["_optimizer", "_jax_optimizer", "_pair_store"],
-            # each backend's scope; the public functions over pairs (one code path)
-            ["_creator", "_jax_scope", "_weights", "_replicas"],
-            ["_callbacks"],  # EarlyStopping reads the masters through _weights
+            # the folders (common: every backend; tensorflow; keras_variables: JAX and
+            # torch), package modules without code but TensorFlow's backend check; the one
+            # backend choice; the pair kinds' roles and the pairing rule; the active scopes;
+            # weight files seen through conversions; what replica_mismatches reports; the
+            # layouts of masters sharded over a mesh axis (shard_over, JAX); what JAX and
+            # torch each do their own way (the same names in both)
+            ["common", "tensorflow", "keras_variables", "common.backend_choice",
+             "common.pair_kinds", "common.scope_stack", "common.weight_files",
+             "common.replica_report", "common.shard_layouts", "keras_variables.jax",
+             "keras_variables.torch"],
+            # the layers' dtype policy; what both backends' MasterWeightOptimizer shares;
+            # JAX's or torch's differences, as the backend choice says
+            ["common.pair_policy", "common.optimizer_core", "keras_variables.active"],
+            # what both scopes set on the layers and models they construct or load;
+            # TensorFlow's pair records; JAX/torch: the Keras variables of a pair, what
+            # weight files store
+            ["common.scope_hooks", "tensorflow.pair_records", "keras_variables.paired_variables",
+             "keras_variables.save_hooks"],
+            # TensorFlow: what save formats store, the Keras variables of a pair; JAX/torch:
+            # the pair records, made from built layers (no variable creator)
+            ["tensorflow.save_hooks", "tensorflow.paired_variables",
+             "keras_variables.pair_records"],
+            ["tensorflow.optimizer", "keras_variables.optimizer"],  # each backend's step
+            ["tensorflow.scope", "keras_variables.scope"],  # each backend's scope
+            ["_chosen_backend"],  # the chosen backend's scope, optimizer and pair functions
+            ["_master_weights", "_replicas"],  # the public functions over pairs (one path)
+            ["_callbacks"],  # EarlyStopping reads the masters through _master_weights
         ]),
         # the Caffe2 conversion (its reading and fill replay are in the layers below)
         package("caffe2", [
-            # Keras layers for ops (the detection ops' in _detection); LR
-            ["_layers", "_lstm", "_constants", "_learning_rate", "_detection",
-             "_generic_layers"],
+            # Keras layers for ops (the detection ops' in _detection)
+            ["_layers", "_lstm", "_constants", "_detection", "_generic_layers"],
             ["_shared"],  # one Keras weight for a blob several ops read
             ["_conv_form"],  # the layers of one Conv
             # the op handlers: classification; generic; detection
@@ -143,7 +157,8 @@ def _below(imported, importer):
 
 #: the packages a module outside them imports through their package module (or a public
 #: submodule of theirs, such as tfinit.fills.registry) only
-PACKAGES = ("tfinit.caffe2", "tfinit.fills", "tfinit.mixed_precision")
+PACKAGES = ("tfinit._caffe2_training", "tfinit.caffe2", "tfinit.fills",
+            "tfinit.mixed_precision")
 #: the private modules of a package that a module outside it imports, and why
 THROUGH_PRIVATE = {
     # The command line is one job, split by package: tfinit.cli parses the command line and
@@ -202,7 +217,11 @@ def test_packages_are_imported_through_their_package_module(name):
     importer = _module(name)
     for imported in tfinit_imports(name):
         pkg = _package_of(imported)
-        public = not imported.rsplit(".", 1)[-1].startswith("_")
+        # a public module of a package: a direct child without a leading underscore
+        # (tfinit.fills.registry); a package's subfolders (mixed_precision's common/,
+        # tensorflow/, keras_variables/) are its own
+        inner = imported.removeprefix(f"{pkg}.").split(".")
+        public = imported == pkg or (len(inner) == 1 and not inner[0].startswith("_"))
         if pkg is None or public or pkg == _package_of(importer):
             continue
         assert (importer, imported) in THROUGH_PRIVATE, (
@@ -231,3 +250,20 @@ def test_every_module_stays_under_600_lines():
     long = {str(p.relative_to(REPO)): n for p in sorted((REPO / "tfinit").rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 600}
     assert not long, long
+
+
+def test_mixed_precision_keeps_each_backend_in_its_folder():
+    """TensorFlow only in tfinit.mixed_precision's tensorflow/ (imported or asked for);
+    no branch on torch but where the backend is chosen (its differences: keras_variables/torch.py),
+    none in a module named for JAX."""
+    for name in ALL:
+        if not name.startswith("mixed_precision") or name.startswith("mixed_precision.tensorflow"):
+            continue
+        source = _module_path(name).read_text()
+        for node in ast.walk(ast.parse(source)):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [m for m in modules if m.split(".")[0] == "tensorflow"], name
+        assert "_backend.tensorflow(" not in source, name
+        assert '"torch"' not in source or name.endswith((".active", ".backend_choice")), name
+    assert "torch" not in (REPO / "tfinit/mixed_precision/keras_variables/jax.py").read_text()

@@ -86,7 +86,8 @@ def build_model(dtype=None):
 def _setups(compute_dtype, learning_rate, start):
     import keras
 
-    from tfinit import _split_master, mixed_precision
+    from tfinit import mixed_precision
+    from tfinit._split_master import tensorflow as tf_split
 
     def value_of(variable):
         return lambda: keras.ops.convert_to_tensor(variable)
@@ -115,7 +116,7 @@ def _setups(compute_dtype, learning_rate, start):
             others = [next(iter(info.blob_copy.values())) for info in infos]
             if master == "fp32":
                 return model, optimizer, [value_of(m) for m in others], others
-            masters = [lambda c=info.param, r=rem: _split_master.join(c, r)
+            masters = [lambda c=info.param, r=rem: tf_split.join(c, r)
                        for info, rem in zip(infos, others)]
             return model, optimizer, masters, others
         return setup

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 import keras
 import numpy as np
 
-from tfinit import _backend, _fans, _init_net, _split_master
+from tfinit import _backend, _fans, _init_net
+from tfinit._split_master import tensorflow as tf_split
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
 from tfinit._precision import (Mode, PairSpec, check_initializer_scope, dtype_name, pair_spec,
                                parse_compute_dtype)
@@ -92,7 +93,7 @@ def create_pair(name, value, spec, *, trainable=True, make_variable=None):
     other_name = name + spec.other_suffix
     if spec.is_split:
         # No fp32 variable: the bfloat16 copy and an int16 remainder hold the master exactly.
-        copy_value, remainder = _split_master.split(master_value)
+        copy_value, remainder = tf_split.split(master_value)
         other = make_variable(initial_value=remainder, name=other_name,
                               dtype=spec.other_dtype, trainable=False)
         primary = make_variable(initial_value=copy_value, name=name,

@@ -10,9 +10,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfinit import _split_master, distribute
+from tfinit import distribute
+from tfinit._split_master import tensorflow as _split_master
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision import _pairs
+from tfinit.mixed_precision.tensorflow import pair_records as _pairs
 
 # Two logical CPUs, configured before anything runs on the TensorFlow runtime (importing
 # Keras and tfinit does not start it).

@@ -41,8 +41,8 @@ from tfinit.caffe2._generic_layers import (
 )
 from tfinit.caffe2._lstm import Caffe2LSTM
 from tfinit.caffe2._sequence import Caffe2TimeMajor
-from tfinit.caffe2._learning_rate import Caffe2LearningRate, learning_rate
-from tfinit.caffe2._learning_rate import policies as learning_rate_policies
+from tfinit._caffe2_training import Caffe2LearningRate, learning_rate
+from tfinit._caffe2_training import learning_rate_policies
 
 __all__ = [
     "BlobCheck",

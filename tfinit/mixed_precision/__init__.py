@@ -51,27 +51,15 @@ what each variable is, so artifacts load and serve. Restores set masters bit-exa
 weights of the same architecture load into a pseudo_fp16 model exactly (fine-tuning).
 """
 
-from tfinit import _backend
-
-# Only the scope and the optimizer's step differ by backend; the rest is one code path.
-if _backend.name() in _backend.KERAS_VARIABLE_MIXED_PRECISION:
-    # Keras's JAX or torch backend (no TensorFlow): the same public names;
-    # docs/mixed-precision.md#on-kerass-jax-backend lists what differs there.
-    from tfinit.mixed_precision._jax_scope import scope
-    from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
-else:
-    # TensorFlow last: the API reference (griffe reads the source and keeps a name's last
-    # binding) documents this branch.
-    _backend.tensorflow("tfinit.mixed_precision")  # refuses clearly on another Keras backend
-
-    from tfinit.mixed_precision._creator import scope
-    from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
-
-from tfinit.mixed_precision._policy import PairPolicy, PseudoFP16Policy
-from tfinit.mixed_precision._weights import (get_master_weights, parameter_info, save_weights,
-                                             set_master_weights, sync_copies)
+# Only the scope and the optimizer's step differ by backend, chosen once; the rest is one
+# code path.
+from tfinit.mixed_precision._chosen_backend import MasterWeightOptimizer, scope
+from tfinit.mixed_precision.common.pair_policy import PairPolicy, PseudoFP16Policy
+from tfinit.mixed_precision._master_weights import (get_master_weights, parameter_info,
+                                                    save_weights, set_master_weights,
+                                                    sync_copies)
 from tfinit.mixed_precision._callbacks import EarlyStopping
-from tfinit.mixed_precision._caffe2_sgd import Caffe2MomentumSGD
+from tfinit._caffe2_training import Caffe2MomentumSGD
 from tfinit.mixed_precision._replicas import replica_mismatches
 
 __all__ = ["scope", "parameter_info", "MasterWeightOptimizer", "sync_copies",

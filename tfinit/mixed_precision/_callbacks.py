@@ -2,7 +2,7 @@
 
 import keras
 
-from tfinit.mixed_precision._weights import get_master_weights
+from tfinit.mixed_precision._master_weights import get_master_weights
 
 
 class EarlyStopping(keras.callbacks.EarlyStopping):

@@ -6,7 +6,9 @@ layout (``DataParallel``) each device holds a whole replica of it. A value laid 
 (``ModelParallel``'s sharded weights) has no replicas to compare: it is read whole, as one.
 """
 
-from tfinit.mixed_precision import _pair_kinds, _pair_store, _replica_checks
+from tfinit.mixed_precision.common import pair_kinds
+from tfinit.mixed_precision import _chosen_backend
+from tfinit.mixed_precision.common import replica_report
 
 
 def replica_mismatches(model_or_variables):
@@ -45,10 +47,10 @@ def replica_mismatches(model_or_variables):
     >>> mp.replica_mismatches(model)
     ['model/dense/kernel: copy != cast(master) on replica 0']
     """
-    _pair_store.pair_pending()
+    _chosen_backend.pair_pending()
     problems, seen = [], set()
-    for variable in _pair_kinds.variables_of(model_or_variables, "replica_mismatches"):
-        pair = _pair_store.pair_of(variable)
+    for variable in pair_kinds.variables_of(model_or_variables, "replica_mismatches"):
+        pair = _chosen_backend.pair_of(variable)
         if pair is None:
             members = [("variable", variable)]
         elif id(pair) in seen:
@@ -56,8 +58,8 @@ def replica_mismatches(model_or_variables):
         else:
             seen.add(id(pair))
             members = pair.stored()
-        replicas = [(role, _pair_store.replica_arrays(member)) for role, member in members]
+        replicas = [(role, _chosen_backend.replica_arrays(member)) for role, member in members]
         masters = dict(replicas).get("master")  # a split copy is its master's top half
-        name = _pair_kinds.variable_label(pair.param if pair is not None else variable)
-        problems += _replica_checks.mismatches(name, replicas, masters)
+        name = pair_kinds.variable_label(pair.param if pair is not None else variable)
+        problems += replica_report.mismatches(name, replicas, masters)
     return problems

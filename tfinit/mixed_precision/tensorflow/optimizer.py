@@ -48,8 +48,9 @@ from keras import ops
 from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES
-from tfinit.mixed_precision import _pairs, _variable
-from tfinit.mixed_precision._optimizer_core import AUTO, MasterWeightOptimizerBase
+from tfinit.mixed_precision.common.optimizer_core import (AUTO, FP32_STATE,
+                                                        MasterWeightOptimizerBase)
+from tfinit.mixed_precision.tensorflow import pair_records, paired_variables
 
 
 def _map_values(grad, fn):
@@ -137,24 +138,24 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
 
     # -- the pairs, on TensorFlow ------------------------------------------------------
     def _pair_of(self, variable):
-        return _pairs.pair_of(variable)
+        return pair_records.pair_of(variable)
 
     def _master_of(self, pair):
-        return _variable.master_variable(pair)
+        return paired_variables.master_variable(pair)
 
     def _own_dtype(self, variable):
-        return _pairs.backend_variable(variable).dtype
+        return pair_records.backend_variable(variable).dtype
 
     def _open_masters(self, pairs):
         if internals.in_xla_compilation():
-            _pairs.keep_scratches(pairs)
-        _pairs.open_masters(pairs)
+            pair_records.keep_scratches(pairs)
+        pair_records.open_masters(pairs)
 
     def _close_masters(self, pairs):
-        _pairs.close_masters(pairs)
+        pair_records.close_masters(pairs)
 
     def _keep_state_in(self, dtype, pairs):
-        _variable.keep_state_in(self.inner_optimizer, dtype)
+        keep_state_in(self.inner_optimizer, dtype)
 
     # -- the step ---------------------------------------------------------------------
     def apply(self, grads, trainable_variables=None):
@@ -216,7 +217,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             if strategy is None or strategy is tf.distribute.get_strategy():
                 return
         for variable, target in zip(variables, targets):
-            if not strategy.extended.variable_created_in_scope(_pairs.backend_variable(target)):
+            held = pair_records.backend_variable(target)
+            if not strategy.extended.variable_created_in_scope(held):
                 name = getattr(variable, "path", None) or variable.name
                 raise ValueError(
                     f"MasterWeightOptimizer: variable {name!r} was not created under the "
@@ -271,3 +273,22 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         self.inner_optimizer.apply(grads, targets)
         self._close_masters(pairs)
         self._count_finite_step()
+
+
+def keep_state_in(optimizer, dtype):
+    """Make ``optimizer`` (an inner optimizer, this object only) store the state it makes for
+    a ``MasterVariable`` in ``dtype``; EMA averages and gradient accumulators excepted."""
+    make = optimizer.add_variable_from_reference
+
+    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
+        if (not isinstance(reference_variable, paired_variables.MasterVariable)
+                or name in FP32_STATE):
+            return make(reference_variable, name=name, initializer=initializer)
+        reference_variable._state_dtype = dtype
+        try:
+            return make(reference_variable, name=name, initializer=initializer)
+        finally:
+            reference_variable._state_dtype = None
+
+    internals.set_object_method(optimizer, "add_variable_from_reference",
+                                add_variable_from_reference)

@@ -1,4 +1,4 @@
-"""``master="split"`` on Keras's JAX backend: the bit layout's maths and bfloat16 state.
+"""``master="split"`` in JAX: the bit layout's maths (Keras's JAX backend).
 
 The layout is :mod:`tfinit._split_master`'s (read its docstring): the float32 master ``M`` is
 its bfloat16 copy (``cast(M)``, round to nearest even) plus the int16 remainder
@@ -13,12 +13,8 @@ try:
 except ImportError:  # Keras's torch backend without JAX: scope refuses master="split" there
     jnp = lax = None
 
-from tfinit import _keras_internals as internals
 from tfinit._split_master import MAX_REMAINDER
 
-#: state Keras's base optimizer keeps per variable that stays fp32 whatever ``state_dtype``
-#: (as on TensorFlow: tfinit.mixed_precision._variable.FP32_STATE)
-FP32_STATE = ("average", "gradient_accumulator")
 
 
 def _widened_bits(copy):
@@ -50,32 +46,3 @@ def ties(master):
     difference = lax.bitcast_convert_type(master, jnp.int32) - _widened_bits(
         master.astype(jnp.bfloat16))
     return int(jnp.sum((difference > MAX_REMAINDER) & ~jnp.isnan(master)))
-
-
-def keep_state_in(optimizer, dtype, masters):
-    """Make ``optimizer`` (an inner optimizer, this object only) store the per-variable state
-    it makes for the variables in ``masters`` in ``dtype``; EMA averages and gradient
-    accumulators stay float32.
-
-    Keras's ``add_variable_from_reference`` gives a slot its reference variable's dtype; here
-    it asks ``add_variable`` for ``dtype`` instead (both the optimizer's own methods).
-    """
-    masters = {id(v) for v in masters}
-    make = optimizer.add_variable_from_reference
-    add = optimizer.add_variable
-
-    def add_in_state_dtype(*args, **kwargs):
-        kwargs["dtype"] = dtype
-        return add(*args, **kwargs)
-
-    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
-        if id(reference_variable) not in masters or name in FP32_STATE:
-            return make(reference_variable, name=name, initializer=initializer)
-        internals.set_object_method(optimizer, "add_variable", add_in_state_dtype)
-        try:
-            return make(reference_variable, name=name, initializer=initializer)
-        finally:
-            internals.unset_object_method(optimizer, "add_variable")
-
-    internals.set_object_method(optimizer, "add_variable_from_reference",
-                                add_variable_from_reference)

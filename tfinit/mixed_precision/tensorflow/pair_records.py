@@ -3,8 +3,8 @@
 A paired variable is the backend ``tf.Variable`` (or distributed variable) that Keras or user
 code holds. The one thing tfinit attaches to it is its pair record, whose kind (pseudo_fp16,
 reverse, split) was decided once when the pair was made (:func:`make_pair`, through
-:func:`~tfinit.mixed_precision._pair_kinds.pair_class`); the roles of its two variables are
-the backend-neutral ones of :mod:`~tfinit.mixed_precision._pair_kinds`:
+:func:`~tfinit.mixed_precision.common.pair_kinds.pair_class`); the roles of its two variables are
+the backend-neutral ones of :mod:`~tfinit.mixed_precision.common.pair_kinds`:
 
 - :class:`PseudoFP16Pair`: ``param`` is the 16-bit variable, ``blob_copy[tf.float32]`` the
   master (Caffe2's PseudoFP16Initializer).
@@ -24,13 +24,14 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
-from tfinit import _split_master
-from tfinit.mixed_precision import _pair_kinds, _weight_files
-from tfinit.mixed_precision._pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
+from tfinit._split_master import tensorflow as tf_split
+from tfinit.mixed_precision.common import pair_kinds
+from tfinit.mixed_precision.common import weight_files
+from tfinit.mixed_precision.common.pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
                                                 SplitRoles, pair_class)
 
 backend_variable = internals.backend_variable
-variable_label = _pair_kinds.variable_label
+variable_label = pair_kinds.variable_label
 
 
 class Pair(PairRecord):
@@ -47,7 +48,8 @@ class Pair(PairRecord):
     def __init__(self, param, shape, blob_copy, *, name, spec):
         super().__init__(param, shape, blob_copy=blob_copy, name=name)
         self.spec = spec
-        #: the master as the Keras variable an optimizer updates (``_variable.master_variable``)
+        #: the master as the Keras variable an optimizer updates
+        #: (``paired_variables.master_variable``)
         self.master_variable = None
 
     @property
@@ -139,13 +141,13 @@ class SplitPair(SplitRoles, Pair):
 
     def master_value(self, parts=None):
         copy, remainder = parts or [self.copy, self.remainder]
-        return _split_master.join(copy.read_value(), remainder.read_value())
+        return tf_split.join(copy.read_value(), remainder.read_value())
 
     def assign_master(self, value):
-        copy, remainder = _split_master.split(tf.cast(value, tf.float32))
+        copy, remainder = tf_split.split(tf.cast(value, tf.float32))
         ops = [self.copy.assign(copy), self.remainder.assign(remainder)]
         if self.scratch_kept:
-            ops.append(_scratch(self).assign(_split_master.join(copy, remainder)))
+            ops.append(_scratch(self).assign(tf_split.join(copy, remainder)))
         return tf.group(*ops)
 
     def add_to_master(self, delta):
@@ -169,7 +171,7 @@ class SplitPair(SplitRoles, Pair):
 
 
 def make_pair(param, shape, blob_copy, *, name, spec):
-    """The pair record of ``spec``'s kind (decided by ``_pair_kinds.pair_class``)."""
+    """The pair record of ``spec``'s kind (decided by ``pair_kinds.pair_class``)."""
     kind = pair_class(spec, pseudo_fp16=PseudoFP16Pair, reverse=ReversePair, split=SplitPair)
     return kind(param, shape, blob_copy, name=name, spec=spec)
 
@@ -202,15 +204,15 @@ def _deps(op):
 
 def attach(tf_var, pair):
     """Record ``pair`` (the variable's one tfinit record) on the backend variable."""
-    setattr(tf_var, _pair_kinds.INFO_ATTRIBUTE, pair)
+    setattr(tf_var, pair_kinds.INFO_ATTRIBUTE, pair)
 
 
 def pair_of(variable):
     """The :class:`Pair` of a paired variable (Keras, tf or distributed), or None."""
     tf_var = backend_variable(variable)
-    pair = _pair_kinds.record_of(tf_var)
+    pair = pair_kinds.record_of(tf_var)
     if pair is None:
-        pair = _pair_kinds.record_of(internals.distributed_container(tf_var))
+        pair = pair_kinds.record_of(internals.distributed_container(tf_var))
     return pair
 
 
@@ -237,19 +239,19 @@ def _assign_cast(copy, master):
 # The rebuild and the split as one fused loop each (XLA; the same bits as the unfused ops,
 # tests/test_split_master.py): unfused, their seven elementwise passes would cost a CPU step
 # of a 1M-parameter MLP about 40 %.
-_join = tf.function(_split_master.join, jit_compile=True, reduce_retracing=True)
-_split = tf.function(_split_master.split, jit_compile=True, reduce_retracing=True)
+_join = tf.function(tf_split.join, jit_compile=True, reduce_retracing=True)
+_split = tf.function(tf_split.split, jit_compile=True, reduce_retracing=True)
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _join_all(copies, remainders):
     # One compiled call for every pair of a model (a call per pair costs its launch).
-    return [_split_master.join(c, r) for c, r in zip(copies, remainders)]
+    return [tf_split.join(c, r) for c, r in zip(copies, remainders)]
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _split_all(masters):
-    return [_split_master.split(m) for m in masters]
+    return [tf_split.split(m) for m in masters]
 
 
 def _open_split(scratch, copy, remainder):
@@ -263,10 +265,10 @@ def _close_split(copy, remainder, scratch):
 
 
 def _close_split_kept(copy, remainder, scratch):
-    new_copy, new_remainder = _split_master.split(scratch.read_value())
+    new_copy, new_remainder = tf_split.split(scratch.read_value())
     # The kept scratch is the master (copy, remainder) hold: a tie moves 1 ulp here too.
     return tf.group(copy.assign(new_copy), remainder.assign(new_remainder),
-                    scratch.assign(_split_master.join(new_copy, new_remainder)))
+                    scratch.assign(tf_split.join(new_copy, new_remainder)))
 
 
 def components(variable):
@@ -397,12 +399,12 @@ def close_masters(pairs):
 
 def pairs_of(variables):
     """The distinct pairs among ``variables``, in order."""
-    return _pair_kinds.pairs_of(variables, pair_of)
+    return pair_kinds.pairs_of(variables, pair_of)
 
 
 def master_for_file(value):
-    """What a weights file stores for ``value`` (see ``_weight_files.master_or_value``)."""
-    return _weight_files.master_or_value(value, pair_of)
+    """What a weights file stores for ``value`` (see ``weight_files.master_or_value``)."""
+    return weight_files.master_or_value(value, pair_of)
 
 
 def pair_pending():

@@ -18,13 +18,13 @@ import numpy as np
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, dtype_name
-from tfinit.mixed_precision import _pairs
-from tfinit.mixed_precision._weight_files import StoreView
+from tfinit.mixed_precision.tensorflow import pair_records
+from tfinit.mixed_precision.common.weight_files import StoreView
 
 
 def install_variable_hooks(tf_var):
     """Make ``tf_var`` (the variable the code holds) checkpoint and restore its master."""
-    pair = _pairs.pair_of(tf_var)
+    pair = pair_records.pair_of(tf_var)
     internals.checkpoint_through(tf_var, lambda: pair.checkpoint_tensors(tf_var),
                                  pair.restore_tensors)
 
@@ -48,7 +48,7 @@ def install_layer_hooks(layer):
     load = layer.load_own_variables
 
     def save_own_variables(store):
-        return save(StoreView(store, write=_pairs.master_for_file))
+        return save(StoreView(store, write=pair_records.master_for_file))
 
     def load_own_variables(store):
         return load(StoreView(store, read=widened_for_loading))

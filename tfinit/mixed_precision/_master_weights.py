@@ -1,22 +1,24 @@
 """The public master-weight functions, one code path on every backend.
 
 ``parameter_info``, ``sync_copies``, ``get_master_weights``, ``set_master_weights`` and
-``save_weights`` ask only a variable's pair record (:mod:`~tfinit.mixed_precision._pair_kinds`):
-its master, copy and file value, whichever kind it is. The backend's pair module is chosen
-once: ``_pairs`` on TensorFlow (``tf.Variable`` objects, ``tf.distribute``), ``_jax_pairs``
-on the ``keras.Variable`` backends (JAX, torch), whose pairs are made from built layers
-(``pair_pending``); ``_pair_store`` holds the choice.
+``save_weights`` ask only a variable's pair record
+(:mod:`~tfinit.mixed_precision.common.pair_kinds`): its master, copy and file value, whichever
+kind it is, and the chosen backend's pair functions (``_chosen_backend``): ``tensorflow``'s
+on TensorFlow (``tf.Variable`` objects, ``tf.distribute``), ``keras_variables``' on JAX and
+torch, whose pairs are made from built layers (``pair_pending``).
 """
 
 import keras
 import numpy as np
 
-from tfinit.mixed_precision import _pair_kinds, _pair_store, _weight_files
+from tfinit.mixed_precision.common import pair_kinds
+from tfinit.mixed_precision import _chosen_backend
+from tfinit.mixed_precision.common import weight_files
 
 
 def _pairs_of(target, who):
-    _pair_store.pair_pending()
-    return _pair_kinds.pairs_of(_pair_kinds.variables_of(target, who), _pair_store.pair_of)
+    _chosen_backend.pair_pending()
+    return pair_kinds.pairs_of(pair_kinds.variables_of(target, who), _chosen_backend.pair_of)
 
 
 def parameter_info(variable):
@@ -57,11 +59,11 @@ def parameter_info(variable):
     ...
     ValueError: Variable ... has no fp32 master/16-bit copy pair: ...
     """
-    _pair_store.pair_pending()
-    pair = _pair_store.pair_of(variable)
+    _chosen_backend.pair_pending()
+    pair = _chosen_backend.pair_of(variable)
     if pair is None:
         raise ValueError(
-            f"Variable {_pair_kinds.variable_label(variable)!r} has no fp32 master/16-bit copy "
+            f"Variable {pair_kinds.variable_label(variable)!r} has no fp32 master/16-bit copy "
             "pair: it was not created inside tfinit.mixed_precision.scope(...) (or it is not "
             "a trainable floating variable). Build the layer/model inside the scope."
         )
@@ -99,7 +101,7 @@ def sync_copies(model_or_variables):
     array([0.5, 2. ], dtype=float16)
     """
     pairs = _pairs_of(model_or_variables, "sync_copies")
-    _pair_store.refresh(pairs)
+    _chosen_backend.refresh(pairs)
     return len(pairs)
 
 
@@ -109,7 +111,7 @@ def _weights(model_or_layer, who):
             f"{who}: Argument `model_or_layer` must be a Keras model or layer. "
             f"Received: {type(model_or_layer).__name__}"
         )
-    _pair_store.pair_pending()
+    _chosen_backend.pair_pending()
     return list(model_or_layer.weights)
 
 
@@ -148,7 +150,7 @@ def get_master_weights(model_or_layer):
     """
     arrays = []
     for variable in _weights(model_or_layer, "get_master_weights"):
-        pair = _pair_store.pair_of(variable)
+        pair = _chosen_backend.pair_of(variable)
         arrays.append(pair.master_array() if pair is not None else np.asarray(variable))
     return arrays
 
@@ -202,11 +204,11 @@ def set_master_weights(model_or_layer, arrays):
         array = np.asarray(array)
         if tuple(array.shape) != tuple(variable.shape):
             raise ValueError(
-                f"set_master_weights: variable {_pair_kinds.variable_label(variable)!r} has "
+                f"set_master_weights: variable {pair_kinds.variable_label(variable)!r} has "
                 f"shape {tuple(variable.shape)}. Received: an array of shape "
                 f"{tuple(array.shape)}."
             )
-        pair = _pair_store.pair_of(variable)
+        pair = _chosen_backend.pair_of(variable)
         if pair is None:
             variable.assign(array)
         else:
@@ -249,5 +251,5 @@ def save_weights(model, filepath, dtype=None):
     >>> plain.get_weights()[0].ravel()
     array([1., 1.], dtype=float16)
     """
-    _pair_store.pair_pending()
-    _weight_files.write_weights_file(model, filepath, dtype, _pair_store.master_for_file)
+    _chosen_backend.pair_pending()
+    weight_files.write_weights_file(model, filepath, dtype, _chosen_backend.master_for_file)

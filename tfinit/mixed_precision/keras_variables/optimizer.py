@@ -24,8 +24,9 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision import _jax_pairs, _jax_split, _sharding
-from tfinit.mixed_precision._optimizer_core import MasterWeightOptimizerBase
+from tfinit.mixed_precision.common import shard_layouts
+from tfinit.mixed_precision.common.optimizer_core import FP32_STATE, MasterWeightOptimizerBase
+from tfinit.mixed_precision.keras_variables import pair_records, paired_variables
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -80,11 +81,11 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
 
     # -- the pairs, as keras.Variables -----------------------------------------------
     def _update_targets(self, variables):
-        _jax_pairs.pair_pending()
+        pair_records.pair_pending()
         return super()._update_targets(variables)
 
     def _pair_of(self, variable):
-        return _jax_pairs.pair_of(variable)
+        return pair_records.pair_of(variable)
 
     def build(self, var_list):
         var_list = list(var_list)
@@ -95,10 +96,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
     def _shard_masters(self, var_list):
         """ZeRO-1: the variables only the step reads (fp32 masters, split remainders and
         scratch masters) laid out over the ``shard_over`` axis as well."""
-        mesh = _sharding.mesh_for(self.shard_over)
-        _jax_pairs.pair_pending()
+        mesh = shard_layouts.mesh_for(self.shard_over)
+        pair_records.pair_pending()
         stored = []
-        for pair in _jax_pairs.pairs_of(var_list):
+        for pair in pair_records.pairs_of(var_list):
             if pair.master is pair.param:
                 raise ValueError(
                     f"{self.name}: Argument `shard_over={self.shard_over!r}` shards the fp32 "
@@ -108,10 +109,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
                     "scope('pseudo_fp16', ...) (master='fp32' or 'split'), or leave "
                     "shard_over=None.")
             stored += [pair.master] if pair.master is pair.other else [pair.other, pair.master]
-        _sharding.shard(stored, mesh, self.shard_over)
+        shard_layouts.shard(stored, mesh, self.shard_over)
         inner = self.inner_optimizer  # its state is sharded too: gathered when saved
         internals.set_object_method(inner, "save_own_variables",
-                                    lambda store: _sharding.save_gathered(inner, store))
+                                    lambda store: shard_layouts.save_gathered(inner, store))
 
     def _master_of(self, pair):
         return pair.master
@@ -128,7 +129,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             pair.close_step()  # copies re-cast; split: split back, the scratch emptied
 
     def _keep_state_in(self, dtype, pairs):
-        _jax_split.keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])
+        keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])
 
     def _built_for(self, var_list, targets, pairs):
         # Not through Keras's attribute tracking (it would make the model's fp32 variables
@@ -145,8 +146,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         so after a step that raised they are empty (or hold the arrays that step consumed).
         Then there is nothing to finalize, and the step's own exception propagates."""
         var_list = list(var_list)
-        held = [*var_list, *(p.other for p in _jax_pairs.pairs_of(var_list))]
-        if all(_jax_pairs.holds_value(v) for v in held):
+        held = [*var_list, *(p.other for p in pair_records.pairs_of(var_list))]
+        if all(paired_variables.holds_value(v) for v in held):
             super().finalize_variable_values(var_list)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
@@ -179,7 +180,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         grads = list(grads)
         if self._resolve_scaling() is None:
             return self._step(grads, None)
-        pairs = _jax_pairs.pairs_of(self._built_variables)
+        pairs = pair_records.pairs_of(self._built_variables)
         masters = {id(p.master) for p in pairs}
         written = [*(t for t in self._targets if id(t) not in masters),
                    *self.variables,  # its own and the inner optimizer's
@@ -189,7 +190,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         self._finite_step(grads)
         finite = self.check_finite(grads)
         for variable, before in zip(written, old):
-            _jax_pairs.raw_assign(variable, ops.where(finite, variable.value, before))
+            paired_variables.raw_assign(variable, ops.where(finite, variable.value, before))
         self.dynamic_scale.assign(ops.where(finite, self.dynamic_scale.value, skipped_scale))
         counter = self.step_counter.value
         self.step_counter.assign(ops.where(finite, counter, ops.zeros_like(counter)))
@@ -205,10 +206,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         for grad, variable in zip(grads, self._built_variables):
             if grad is not None:
                 grad = ops.cast(grad, MASTER_DTYPE)
-                if scale is not None and not _jax_pairs.overwrites_with_gradient(variable):
+                if scale is not None and not paired_variables.overwrites_with_gradient(variable):
                     grad = ops.divide(grad, scale)
             unscaled.append(grad)
-        pairs = _jax_pairs.pairs_of(self._built_variables)
+        pairs = pair_records.pairs_of(self._built_variables)
         self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
@@ -216,7 +217,36 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
     def save_own_variables(self, store):
         """Keras's, except that a variable sharded over processes (``shard_over`` on a
         multi-host mesh) is gathered first, in every process (Keras's own read fails)."""
-        _sharding.save_gathered(self, store)
+        shard_layouts.save_gathered(self, store)
 
     def _carried_pair_variables(self):
-        return [p.other for p in _jax_pairs.pairs_of(getattr(self, "_built_variables", []))]
+        return [p.other for p in pair_records.pairs_of(getattr(self, "_built_variables", []))]
+
+
+def keep_state_in(optimizer, dtype, masters):
+    """Make ``optimizer`` (an inner optimizer, this object only) store the per-variable state
+    it makes for the variables in ``masters`` in ``dtype``; EMA averages and gradient
+    accumulators stay float32.
+
+    Keras's ``add_variable_from_reference`` gives a slot its reference variable's dtype; here
+    it asks ``add_variable`` for ``dtype`` instead (both the optimizer's own methods).
+    """
+    masters = {id(v) for v in masters}
+    make = optimizer.add_variable_from_reference
+    add = optimizer.add_variable
+
+    def add_in_state_dtype(*args, **kwargs):
+        kwargs["dtype"] = dtype
+        return add(*args, **kwargs)
+
+    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
+        if id(reference_variable) not in masters or name in FP32_STATE:
+            return make(reference_variable, name=name, initializer=initializer)
+        internals.set_object_method(optimizer, "add_variable", add_in_state_dtype)
+        try:
+            return make(reference_variable, name=name, initializer=initializer)
+        finally:
+            internals.unset_object_method(optimizer, "add_variable")
+
+    internals.set_object_method(optimizer, "add_variable_from_reference",
+                                add_variable_from_reference)

@@ -1,4 +1,8 @@
-"""The three kinds of master/copy pair, decided once per pair: the backend-neutral record.
+"""Which variables pair up, and the three kinds of master/copy pair, decided once per pair:
+the backend-neutral rule and record.
+
+The rule (:func:`pairs_up`) is asked on every backend: on TensorFlow as a variable is
+created, on the ``keras.Variable`` backends of a built layer's weights.
 
 A paired variable carries one record, a Caffe2 ``ParameterInfo`` (``param``, ``blob_copy``)
 that also knows its pair's kind. The kind is chosen once, when the pair is made, by
@@ -15,9 +19,9 @@ asks the record (``pair.master``, ``pair.copy``, ``pair.computes_with_copy``,
   holds the master between steps (``tfinit._split_master``).
 
 This module holds the roles each kind gives its two variables and what the pair's users read
-on every backend. The backend modules add how a master is read and written: on TensorFlow
-(``_pairs``: ``tf.Variable``, ``tf.distribute``) and on the ``keras.Variable`` backends, JAX
-and torch (``_jax_pairs``). It imports neither TensorFlow nor JAX.
+on every backend. Each backend folder's ``pair_records`` adds how a master is read and
+written: ``tensorflow`` (``tf.Variable``, ``tf.distribute``) and ``keras_variables`` (JAX and
+torch). It imports neither TensorFlow nor JAX.
 """
 
 import weakref
@@ -25,6 +29,7 @@ import weakref
 import keras
 
 from tfinit import _keras_internals as internals
+from tfinit._precision import MASTER_DTYPE
 
 from tfinit.parameter_info import ParameterInfo
 
@@ -258,3 +263,33 @@ def pairs_of(variables, pair_of):
             seen.add(id(pair))
             pairs.append(pair)
     return pairs
+
+
+def pairs_up(spec, dtype, variable=None, *, added_to_built_layer=False):
+    """Whether a trainable floating variable gets an fp32 master under ``spec`` (the one
+    rule, every backend):
+
+    - a Keras variable Keras keeps in float32, uncast (``autocast=False``: float8 scales and
+      amax histories): no;
+    - a float32 weight added to a built layer (LoRA's, float32 on purpose against under- and
+      overflow while fine-tuning): no, it stays as Keras made it;
+    - reverse: float32 variables;
+    - pseudo_fp16: variables asked for in the compute dtype (the scope's policy asks so for
+      its layers' weights) and raw ``tf.Variable``s in float32; a Keras variable asked for in
+      float32 (a layer given ``dtype="float32"``) stays as it is.
+
+    Args:
+        spec: the scope's :class:`~tfinit._precision.PairSpec`.
+        dtype: the name of the dtype the variable was asked for.
+        variable: the Keras variable, or None (a raw ``tf.Variable``).
+        added_to_built_layer: whether a layer already built added it.
+    """
+    if variable is not None and dtype == MASTER_DTYPE and not internals.autocasts(variable):
+        return False
+    if added_to_built_layer and dtype == MASTER_DTYPE:
+        return False
+    if not spec.is_pseudo:
+        return dtype == MASTER_DTYPE
+    if dtype == spec.compute_dtype:
+        return True
+    return variable is None and dtype == MASTER_DTYPE

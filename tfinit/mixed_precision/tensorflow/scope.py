@@ -28,11 +28,12 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
 from tfinit.initializers import create_pair
 from tfinit.parameter_info import without_output_index
-from tfinit.mixed_precision import _checkpoint, _pairs, _scope_hooks, _state, _variable
-from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
-from tfinit.mixed_precision._policy import PairPolicy
+from tfinit.mixed_precision.common import pair_kinds, scope_hooks, scope_stack
+from tfinit.mixed_precision.common.pair_policy import PairPolicy
+from tfinit.mixed_precision.tensorflow import pair_records, paired_variables, save_hooks
+from tfinit.mixed_precision.tensorflow.optimizer import MasterWeightOptimizer
 
-active_scope = _state.active
+active_scope = scope_stack.active
 
 
 @contextlib.contextmanager
@@ -104,7 +105,7 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
         )
     policy = PairPolicy(spec.compute_dtype, spec.mode)
     policy.spec = spec  # how the master is stored included (master="split")
-    state = _state.ScopeState(spec, strategy, policy)
+    state = scope_stack.ScopeState(spec, strategy, policy)
     try:
         with _activated(state):
             yield
@@ -129,14 +130,14 @@ def _creating(state):
 
 def _activated(state):
     """``state`` is the innermost scope: its policy is Keras's global one, its creator runs."""
-    return _scope_hooks.activated(state, _creating)
+    return scope_hooks.activated(state, _creating)
 
 
 def _adopt_constructed_layers(state):
     """Each model constructed in ``state`` wraps a plain optimizer in ``compile``; each layer
     constructed in it and not built yet builds inside it (its variables created later by
     Keras too: ``_defer_pairing``)."""
-    _scope_hooks.adopt_constructed_layers(state, MasterWeightOptimizer, _defer_pairing,
+    scope_hooks.adopt_constructed_layers(state, MasterWeightOptimizer, _defer_pairing,
                                           creating=_creating)
 
 
@@ -149,9 +150,9 @@ def _defer_pairing(state, layer):
         def initialize_in_scope(_initialize=initialize, variable=variable):
             with _activated(state):
                 _initialize()
-            pair = _pairs.pair_of(variable)
+            pair = pair_records.pair_of(variable)
             if pair is not None and pair.computes_with_copy:
-                _checkpoint.install_layer_hooks(layer)
+                save_hooks.install_layer_hooks(layer)
 
         internals.set_deferred_initializer(variable, initialize_in_scope)
 
@@ -169,7 +170,7 @@ def _check_strategy(state, tf):
 
 def _create(state, next_creator, **kwargs):
     tf = _backend.tensorflow("tfinit.mixed_precision.scope")
-    if kwargs.get("variable_def") is not None or _state.active() is not state:
+    if kwargs.get("variable_def") is not None or scope_stack.active() is not state:
         # Only the innermost scope pairs (an outer scope's creator is further down the chain).
         return next_creator(**kwargs)
     on_read = kwargs.get("synchronization") == tf.VariableSynchronization.ON_READ
@@ -191,7 +192,8 @@ def _create(state, next_creator, **kwargs):
                                          else initial_value)
         requested = value.dtype
     requested = tf.as_dtype(requested)
-    if not requested.is_floating or not _pairs_up(state.spec, requested.name, owner):
+    if not requested.is_floating or not pair_kinds.pairs_up(
+            state.spec, requested.name, owner, added_to_built_layer=_added_to_built_layer(owner)):
         if value is not None:
             kwargs["initial_value"] = value
         return next_creator(**kwargs)
@@ -211,18 +213,18 @@ def _create(state, next_creator, **kwargs):
     created = create_pair(name, value, state.spec, trainable=trainable,
                           make_variable=make_variable)
     param = created.param
-    pair = _pairs.make_pair(owner if owner is not None else param, param.shape,
+    pair = pair_records.make_pair(owner if owner is not None else param, param.shape,
                             created.blob_copy, name=name, spec=state.spec)
     layer = internals.layer_being_built() if owner is not None else None
     pair.note_layer(layer)
-    _pairs.attach(param, pair)
-    _checkpoint.install_variable_hooks(param)
+    pair_records.attach(param, pair)
+    save_hooks.install_variable_hooks(param)
     if owner is not None:
-        _variable.adopt(owner)
+        paired_variables.adopt(owner)
         if layer is not None:
             _keep_pair_policy(layer, state)
             if pair.computes_with_copy:
-                _checkpoint.install_layer_hooks(layer)
+                save_hooks.install_layer_hooks(layer)
     return param
 
 
@@ -243,15 +245,9 @@ def _fill_fp32(initializer, shape, tf):
     return value if value.dtype == tf.float32 else None
 
 
-def _pairs_up(spec, dtype, owner):
-    if owner is not None and dtype == "float32" and not internals.autocasts(owner):
-        return False  # Keras keeps it in float32, uncast (float8 scales and amax histories)
-    if not spec.is_pseudo:
-        layer = internals.layer_being_built()
-        # float32 weights Keras adds to a built layer (LoRA's) stay as Keras made them.
-        return dtype == "float32" and not (owner is not None and layer is not None
-                                           and layer.built)
-    if dtype == spec.compute_dtype:
-        return True
-    # Keras asked for float32 explicitly (e.g. a layer built with dtype="float32"): keep it.
-    return owner is None and dtype == "float32"
+def _added_to_built_layer(owner):
+    """Whether Keras variable ``owner`` is being added to a layer already built (LoRA's)."""
+    if owner is None:
+        return False
+    layer = internals.layer_being_built()
+    return layer is not None and layer.built

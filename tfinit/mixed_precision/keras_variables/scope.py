@@ -4,7 +4,7 @@ There is no variable creator on JAX (``Layer.add_weight`` makes a plain backend 
 the scope's ``PairPolicy`` carries the rules: a layer constructed inside (or rebuilt from a
 saved config inside) builds its weights in float32 (pseudo_fp16: the exact fp32 initializer
 values; reverse: as Keras ``mixed_*``); its float32 trainable weights pair up
-(``_jax_pairs.pair_pending``) when the ``with`` block exits, or when anything asks for a pair
+(``pair_records.pair_pending``) when the ``with`` block exits, or when anything asks for a pair
 (``parameter_info``, the optimizer's build, ...), whichever comes first. A layer built after
 the block builds inside the same scope, as on TensorFlow.
 """
@@ -16,9 +16,10 @@ import keras
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
-from tfinit.mixed_precision import _jax_pairs, _scope_hooks, _state
-from tfinit.mixed_precision._jax_optimizer import MasterWeightOptimizer
-from tfinit.mixed_precision._policy import PairPolicy
+from tfinit.mixed_precision.common import scope_hooks, scope_stack
+from tfinit.mixed_precision.common.pair_policy import PairPolicy
+from tfinit.mixed_precision.keras_variables import active, pair_records, paired_variables
+from tfinit.mixed_precision.keras_variables.optimizer import MasterWeightOptimizer
 
 _WHO = "tfinit.mixed_precision.scope"
 
@@ -57,34 +58,33 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     ('bfloat16', 'float32')
     """
     spec = pair_spec(mode, compute_dtype, _WHO, master)
-    if spec.is_split and keras.backend.backend() == "torch":
+    if spec.is_split and not active.SPLITS_MASTERS:
         raise ValueError(
-            f"{_WHO}: Argument `master` must be 'fp32' on Keras's torch backend (the split "
-            "master's bit arithmetic runs on TensorFlow and JAX only). Received: "
-            f"master={master!r}")
+            f"{_WHO}: Argument `master` must be 'fp32' on Keras's "
+            f"{keras.backend.backend()} backend (the split master's bit arithmetic runs on "
+            f"TensorFlow and JAX only). Received: master={master!r}")
     policy = PairPolicy(spec.compute_dtype, spec.mode)
     policy.spec = spec  # how the master is stored included (master="split")
-    state = _state.ScopeState(spec, None, policy)
+    state = scope_stack.ScopeState(spec, None, policy)
     try:
-        with _scope_hooks.activated(state):  # no variable creator on JAX and torch
+        with scope_hooks.activated(state):  # no variable creator on JAX and torch
             yield
     finally:
         _adopt_constructed_layers(state)
-        _jax_pairs.pair_pending()
+        pair_records.pair_pending()
 
 
 def _adopt_constructed_layers(state):
-    _scope_hooks.adopt_constructed_layers(
+    scope_hooks.adopt_constructed_layers(
         state, MasterWeightOptimizer,
-        after_build=lambda state, layer: _jax_pairs.pair_pending(),
-        # fit's compiled step on JAX hands the masters in; torch's eager step reads them
-        adopt_model=_wrap_loss_step if keras.backend.backend() == "jax" else None)
+        after_build=lambda state, layer: pair_records.pair_pending(),
+        adopt_model=_wrap_loss_step if active.STEP_HANDS_IN_MASTERS else None)
 
 
 def _wrap_loss_step(model):
     """``fit``'s compiled step computes the loss with the masters' values of the step (they
     are optimizer state, which Keras hands ``compute_loss_and_updates`` only for scaling), so
-    a pseudo_fp16 variable's regularizer reads its master (``_jax_pairs.MasterPenalty``)."""
+    a pseudo_fp16 variable's regularizer reads its master (``paired_variables.MasterPenalty``)."""
     if internals.has_object_method(model, "compute_loss_and_updates"):
         return
     compute = model.compute_loss_and_updates
@@ -93,7 +93,7 @@ def _wrap_loss_step(model):
     def compute_loss_and_updates(*args, optimizer_variables=None, **kwargs):
         if optimizer_variables is None or model.optimizer is None:
             return compute(*args, optimizer_variables=optimizer_variables, **kwargs)
-        with _jax_pairs.step_values(model.optimizer.variables, optimizer_variables):
+        with paired_variables.step_values(model.optimizer.variables, optimizer_variables):
             return compute(*args, optimizer_variables=optimizer_variables, **kwargs)
 
     internals.set_object_method(model, "compute_loss_and_updates", compute_loss_and_updates)
@@ -104,7 +104,7 @@ def _wrap_loss_step(model):
         # Refused before Keras's step drops the variables' values (a refusal raised inside
         # the compiled test step would leave the model without them).
         for variable in model.trainable_variables:
-            if isinstance(variable.regularizer, _jax_pairs.MasterPenalty):
+            if isinstance(variable.regularizer, paired_variables.MasterPenalty):
                 raise ValueError(
                     f"evaluate: the regularizer of variable {variable.path!r} is computed on "
                     "its fp32 master, which Keras's compiled test step does not carry on JAX "

@@ -13,7 +13,8 @@ import inspect
 import keras
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _policy, _state
+from tfinit.mixed_precision.common import pair_policy
+from tfinit.mixed_precision.common import scope_stack
 
 
 @contextlib.contextmanager
@@ -21,14 +22,14 @@ def activated(state, creating=contextlib.nullcontext):
     """``state`` is the innermost scope: its policy is Keras's global one, and the backend's
     ``creating(state)`` context is entered (TensorFlow: the variable creator)."""
     previous_policy = keras.config.dtype_policy()
-    _state.push(state)
+    scope_stack.push(state)
     try:
         keras.config.set_dtype_policy(state.policy)
         with creating(state):
             yield
     finally:
         keras.config.set_dtype_policy(previous_policy)
-        _state.pop(state)
+        scope_stack.pop(state)
 
 
 def adopt_constructed_layers(state, optimizer_class, after_build, creating=contextlib.nullcontext,
@@ -39,7 +40,7 @@ def adopt_constructed_layers(state, optimizer_class, after_build, creating=conte
     after each later ``compile``), and gets ``adopt_model(model)``; each layer constructed in
     it and not built yet builds inside it (``activated(state, creating)``), then
     ``after_build(state, layer)`` runs."""
-    for layer in _policy.layers_to_pair(state.policy):
+    for layer in pair_policy.layers_to_pair(state.policy):
         if isinstance(layer, keras.Model):
             wrap_compile(layer, optimizer_class)
             adopt_optimizer(layer, optimizer_class)
@@ -51,7 +52,7 @@ def adopt_constructed_layers(state, optimizer_class, after_build, creating=conte
 
         @functools.wraps(build)
         def build_in_scope(*args, _build=build, layer=layer, **kwargs):
-            if _state.active() is state:
+            if scope_stack.active() is state:
                 return _build(*args, **kwargs)
             with activated(state, creating):
                 result = _build(*args, **kwargs)

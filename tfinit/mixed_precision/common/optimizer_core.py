@@ -19,13 +19,16 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision import _sharding, _state
+from tfinit.mixed_precision.common import scope_stack, shard_layouts
 
 #: Keras's ``LossScaleOptimizer`` constants: the first scale, finite steps between doublings
 INITIAL_SCALE = 2.0**15
 GROWTH_STEPS = 2000
 #: the dtypes ``state_dtype`` takes
 STATE_DTYPES = (MASTER_DTYPE, "bfloat16")
+#: state Keras's base optimizer keeps per variable that stays fp32 whatever ``state_dtype``
+#: (each backend's ``keep_state_in`` leaves it so)
+FP32_STATE = ("average", "gradient_accumulator")
 AUTO = "auto"
 _WHO = "MasterWeightOptimizer"
 #: what the JAX class's config also held on Keras before 3.11 (its base optimizer's
@@ -80,9 +83,9 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
                  shard_over=None, **kwargs):
         _check_optimizer(optimizer)
         loss_scale = check_loss_scale(loss_scale)
-        shard_over = _sharding.check_shard_over(shard_over)
+        shard_over = shard_layouts.check_shard_over(shard_over)
         if shard_over is not None and keras.distribution.distribution() is not None:
-            _sharding.mesh_for(shard_over)  # checked again at build (the distribution then)
+            shard_layouts.mesh_for(shard_over)  # checked again at build (the distribution then)
         if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
             raise ValueError(
                 f"{_WHO}: Argument `state_dtype` must be None, 'float32' or 'bfloat16'. "
@@ -100,8 +103,8 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         self.shard_over = shard_over
         # What the step does, once known: "dynamic", a fixed float, or None.
         self._scaling = loss_scale
-        if loss_scale == AUTO and _state.active() is not None:
-            self._scaling = scaling_for({_state.active().spec.compute_dtype})
+        if loss_scale == AUTO and scope_stack.active() is not None:
+            self._scaling = scaling_for({scope_stack.active().spec.compute_dtype})
 
     # -- what a backend supplies -------------------------------------------------------
     def _pair_of(self, variable):
@@ -146,14 +149,14 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         fixing it (a read of ``dynamic``)."""
         if self._scaling != AUTO:
             return self._scaling
-        active, last_read = _state.active(), _state.last_read()
+        active, last_read = scope_stack.active(), scope_stack.last_read()
         candidates = (  # each asked only when the ones before it do not decide
             lambda: {pair.spec.compute_dtype for pair in pairs or ()},
             lambda: {active.spec.compute_dtype} if active is not None else set(),
             lambda: {m.dtype_policy.compute_dtype  # as Keras's compile decides
                      for m in internals.models_compiled_with(self)} & set(COMPUTE_DTYPES),
             lambda: {last_read} if last_read is not None else set(),
-            lambda: _state.compute_dtypes_used() & set(COMPUTE_DTYPES),
+            lambda: scope_stack.compute_dtypes_used() & set(COMPUTE_DTYPES),
         )
         scaling = next((scaling for scaling in (scaling_for(c()) for c in candidates)
                         if scaling != AUTO), None)
@@ -305,5 +308,5 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         for key, default in _BASE_DEFAULTS.items():
             if key in config and config[key] == default:
                 del config[key]
-        config["shard_over"] = _sharding.shard_over_here(config.get("shard_over"))
+        config["shard_over"] = shard_layouts.shard_over_here(config.get("shard_over"))
         return cls(inner, **config)

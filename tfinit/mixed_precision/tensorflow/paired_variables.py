@@ -31,15 +31,17 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision import _pair_kinds, _pairs, _state
+from tfinit.mixed_precision.common import pair_kinds
+from tfinit.mixed_precision.tensorflow import pair_records
+from tfinit.mixed_precision.common import scope_stack
 from tfinit.parameter_info import without_output_index
 
 
-class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVariable):
+class PairedVariable(pair_kinds.PairedVariableRules, internals.HookedKerasVariable):
     """A Keras variable with an fp32 master (see the module docstring)."""
 
     def pair(self):
-        return _pairs.pair_of(self)
+        return pair_records.pair_of(self)
 
     def penalty_on_master(self, penalty):
         return MasterPenalty(penalty, self)
@@ -48,10 +50,10 @@ class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVaria
         return True  # reverse too: a plain optimizer's write would pass its cached copy by
 
     def layer_read(self, tf_var, autocast_dtype):
-        pair = _pairs.pair_of(self)
+        pair = pair_records.pair_of(self)
         if pair is None:
             return None
-        _state.note_read(pair.spec.compute_dtype)
+        scope_stack.note_read(pair.spec.compute_dtype)
         if pair.computes_with_copy:
             outer = internals.control_flow_outer_graph()
             if outer is None:
@@ -75,7 +77,7 @@ class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVaria
 
     # -- writes -----------------------------------------------------------------------
     def assign(self, value):
-        pair = _pairs.pair_of(self)
+        pair = pair_records.pair_of(self)
         value = _as_tensor(value)
         if not value.shape.is_compatible_with(self.shape):
             raise ValueError(
@@ -97,7 +99,7 @@ class PairedVariable(_pair_kinds.PairedVariableRules, internals.HookedKerasVaria
         return self._add_to_master(value, -1.0)
 
     def _add_to_master(self, value, sign):
-        _pairs.pair_of(self).add_to_master(sign * tf.cast(_as_tensor(value), tf.float32))
+        pair_records.pair_of(self).add_to_master(sign * tf.cast(_as_tensor(value), tf.float32))
         return self.value
 
 
@@ -168,35 +170,13 @@ def master_variable(pair):
     ``MasterVariable`` wraps a *scratch* fp32 variable of the pair's rank that holds an empty
     tensor between steps; ``MasterWeightOptimizer`` fills it with the exact master
     before the inner optimizer's step and splits it back and empties it after
-    (``_pairs.open_masters`` / ``close_masters``).
+    (``pair_records.open_masters`` / ``close_masters``).
     """
     if pair.master_variable is None:
         with tf.init_scope():
             pair.master_variable = MasterVariable(pair.param, pair.optimized_variable(),
                                                   shape=pair.copy.shape)
     return pair.master_variable
-
-
-#: state Keras's base optimizer keeps per variable that must stay fp32 whatever state_dtype
-FP32_STATE = ("average", "gradient_accumulator")
-
-
-def keep_state_in(optimizer, dtype):
-    """Make ``optimizer`` (an inner optimizer, this object only) store the state it makes for
-    a :class:`MasterVariable` in ``dtype``; EMA averages and gradient accumulators excepted."""
-    make = optimizer.add_variable_from_reference
-
-    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
-        if not isinstance(reference_variable, MasterVariable) or name in FP32_STATE:
-            return make(reference_variable, name=name, initializer=initializer)
-        reference_variable._state_dtype = dtype
-        try:
-            return make(reference_variable, name=name, initializer=initializer)
-        finally:
-            reference_variable._state_dtype = None
-
-    internals.set_object_method(optimizer, "add_variable_from_reference",
-                                add_variable_from_reference)
 
 
 def _short_name(variable):
@@ -211,9 +191,9 @@ class MasterPenalty:
         self.variable = variable
 
     def __call__(self, x):
-        pair = _pairs.pair_of(self.variable)
+        pair = pair_records.pair_of(self.variable)
         if x is self.variable and pair is not None:
-            tf_var = _pairs.backend_variable(self.variable)
+            tf_var = pair_records.backend_variable(self.variable)
             x = _read(tf_var, pair.master_value(), tf.float32)
         return self.penalty(x)
 

@@ -21,10 +21,9 @@ import weakref
 
 import keras
 
-from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import Mode, PairSpec, pair_spec
-from tfinit.mixed_precision import _state
+from tfinit.mixed_precision.common import backend_choice, scope_stack
 
 NORMALIZATION_LAYERS = tuple(
     getattr(keras.layers, name)
@@ -77,15 +76,15 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
         self.spec = pair_spec(mode, compute_dtype, "PairPolicy")
         # The name object leads back to this policy from a layer Keras rebuilds from a config
         # (Keras passes it the name only): ``layers_to_pair`` finds such layers.
-        if _backend.name() == "tensorflow":
-            name = _PolicyName(self.spec.keras_policy_name)
-        else:
-            # Off TensorFlow the layer builds fp32 weights (its masters, as mixed_<dtype>)
-            # and they pair up once built (_jax_pairs).
+        if backend_choice.KERAS_VARIABLES:
+            # No variable creator: the layer builds fp32 weights (its masters, as
+            # mixed_<dtype>) and they pair up once built (keras_variables.pair_records).
             name = _PolicyName(f"mixed_{self.spec.compute_dtype}")
+        else:
+            name = _PolicyName(self.spec.keras_policy_name)
         name.policy = self
         super().__init__(name)
-        if _backend.name() != "tensorflow":
+        if backend_choice.KERAS_VARIABLES:
             _unpaired[id(name)] = name
 
     @property
@@ -97,9 +96,9 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
             layer.dtype_policy = keras.dtype_policies.DTypePolicy(
                 f"mixed_{self.spec.compute_dtype}")
             return "float32"
-        if _backend.name() != "tensorflow":
-            # No variable creator on JAX: the layer builds its weights in float32 (the exact
-            # fp32 initializer values, the masters) and they pair up afterwards (_jax_pairs).
+        if backend_choice.KERAS_VARIABLES:
+            # No variable creator: the layer builds its weights in float32 (the exact fp32
+            # initializer values, the masters) and they pair up afterwards.
             return "float32"
         return super().variable_dtype
 
@@ -122,7 +121,7 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
             )
         # The scope's own policy: the layers (and models) rebuilt here are the scope's, as
         # those constructed in it (their models' ``compile`` wraps).
-        return _state.active().policy
+        return scope_stack.active().policy
 
     def __repr__(self):
         return f'<PairPolicy "{self.spec.mode.value}" {self.spec.compute_dtype}>'
@@ -166,15 +165,17 @@ class PseudoFP16Policy(PairPolicy):
 
 
 class _PolicyName(str):
-    """A PairPolicy's name off TensorFlow (``"mixed_<dtype>"``), carrying the policy."""
+    """A PairPolicy's name on the keras.Variable backends (``"mixed_<dtype>"``), carrying
+    the policy."""
 
 
-#: off TensorFlow: the names of PairPolicy objects whose layers may hold unpaired weights
+#: on the keras.Variable backends: the names of PairPolicy objects whose layers may hold
+#: unpaired weights
 _unpaired = weakref.WeakValueDictionary()  # id -> _PolicyName
 
 
 def policies_to_pair():
-    """The PairPolicy objects whose layers may hold weights not paired yet (JAX)."""
+    """The PairPolicy objects whose layers may hold weights not paired yet (JAX, torch)."""
     return [name.policy for name in list(_unpaired.values())]
 
 
@@ -206,5 +207,5 @@ def use_normalization_policy(layer, policy):
 
 def current_spec():
     """The spec of the innermost active scope in this thread, or None."""
-    state = _state.active()
+    state = scope_stack.active()
     return None if state is None else state.spec

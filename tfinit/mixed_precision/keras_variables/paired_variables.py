@@ -1,0 +1,169 @@
+"""The Keras variables of a pair on the ``keras.Variable`` backends (JAX, torch):
+``PairedVariable``, the class a paired layer variable takes (every write reaches the
+master), and ``MasterPenalty``, a regularizer computed on the master.
+
+A penalty in ``fit``'s compiled JAX step reads the master's value of the step
+(:func:`step_values`); what JAX and torch do differently is asked of ``active``.
+"""
+
+import contextlib
+import threading
+
+import keras
+from keras import ops
+
+from tfinit import _keras_internals as internals
+from tfinit._precision import MASTER_DTYPE
+from tfinit.mixed_precision.common import pair_kinds, shard_layouts
+from tfinit.mixed_precision.keras_variables import active
+
+
+def raw_assign(variable, value):
+    """Keras's own assign (the paired variable's assign sets its master), of ``value`` laid
+    out as ``variable`` is (in a compiled step: a copy made from a master sharded over
+    ``shard_over`` is gathered there, in 16 bits)."""
+    keras.Variable.assign(variable, shard_layouts.laid_out(variable, value))
+
+
+class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVariable):
+    """The class of a paired Keras variable: every write reaches the master.
+
+    ``assign`` (``set_weights``, a weights file's load, user code, an optimizer updating a
+    reverse master) sets the fp32 master to the value exactly and re-casts the copy, so
+    ``set_weights(get_weights())`` is lossless and no write leaves a stale copy;
+    ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own. A penalty of a
+    pseudo_fp16 variable is computed on its master (:class:`MasterPenalty`), and a plain
+    optimizer is refused where it would update the copy without its master
+    (``pair_kinds.PairedVariableRules``).
+
+    A 16-bit value given to a pseudo_fp16 copy (eager) touches only the elements it changes,
+    as on TensorFlow: where its bits are ``cast(master)``'s the master is kept, so
+    ``set_weights(get_weights())`` leaves every master bit-identical. This matters after
+    ``fit``: Keras's JAX trainer assigns every model variable its value from the compiled
+    step, and a frozen paired variable (``trainable = False``, a LoRA-frozen kernel) is no
+    optimizer state, so its master would otherwise be rounded to 16 bits.
+    """
+
+    def pair(self):
+        return pair_kinds.record_of(self)
+
+    def widens_in_layer_call(self):
+        pair = pair_kinds.record_of(self)
+        return pair is not None and pair.reads_wide()
+
+    def penalty_on_master(self, penalty):
+        return MasterPenalty(penalty, self)
+
+    def assign(self, value):
+        if active.is_deleted(value):
+            # Keras's fit on JAX syncs back, after a step that raised, the arrays that step
+            # consumed: stored as Keras stores them, so the step's own exception propagates.
+            raw_assign(self, value)
+            return value
+        pair = pair_kinds.record_of(self)
+        pair.assign_master(_keeping_unchanged_masters(pair, value))
+        return value
+
+    def assign_add(self, value):
+        pair = pair_kinds.record_of(self)
+        pair.assign_master(ops.add(pair.master_tensor(), ops.cast(value, MASTER_DTYPE)))
+        return value
+
+    def assign_sub(self, value):
+        pair = pair_kinds.record_of(self)
+        pair.assign_master(ops.subtract(pair.master_tensor(), ops.cast(value, MASTER_DTYPE)))
+        return value
+
+
+def holds_value(variable):
+    """Whether ``variable`` holds a value to compute with: not while Keras's ``fit`` on JAX
+    has taken it out for its compiled step (None), nor after a step that raised (the arrays
+    it consumed)."""
+    return internals.is_initialized(variable) and not active.is_deleted(variable.value)
+
+
+def _keeping_unchanged_masters(pair, value):
+    """What to set the master to for an assign of ``value``: ``value``, except where a 16-bit
+    ``value`` (eager, outside a stateless scope) given to a pseudo_fp16 pair with an fp32
+    master has ``cast(master)``'s bits: there the master itself.
+
+    (Compared with the master's cast, not the copy: Keras empties the model's variables
+    during ``fit`` and syncs them back with assigns.)"""
+    copy, master = pair.copy, pair.master
+    if (not pair.keeps_unchanged_masters or active.is_traced(value)
+            or internals.in_stateless_scope() or not internals.is_initialized(master)
+            or not hasattr(value, "dtype")
+            or keras.backend.standardize_dtype(value.dtype) != copy.dtype
+            or tuple(value.shape) != tuple(copy.shape)):
+        return value
+    same = ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
+                     ops.view(ops.cast(master.value, copy.dtype), "int16"))
+    return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
+
+
+def _master_valued(master, copy):
+    """``master``'s value exactly, whose gradient reaches ``copy`` (widened to float32)."""
+    wide = ops.cast(copy, MASTER_DTYPE)
+    return ops.add(master, ops.subtract(wide, ops.stop_gradient(wide)))
+
+
+def overwrites_with_gradient(variable):
+    """Keras's ``overwrite_with_gradient`` of ``variable`` (a paired one's without refusal)."""
+    return bool(keras.Variable.overwrite_with_gradient.fget(variable))
+
+
+# The masters' values in a compiled training step (they are optimizer state there, not
+# values of the loss's stateless scope): set by the model's compute_loss_and_updates.
+_STEP = threading.local()
+
+
+@contextlib.contextmanager
+def step_values(variables, values):
+    """Inside: the value of each of ``variables`` in the step being traced is ``values``'s."""
+    previous = getattr(_STEP, "values", None)
+    _STEP.values = {id(v): value for v, value in zip(variables, values)}
+    try:
+        yield
+    finally:
+        _STEP.values = previous
+
+
+class MasterPenalty:
+    """A layer's regularizer applied to the fp32 master of a pseudo_fp16 variable (JAX).
+
+    Called with the variable (``layer.losses`` outside a step): the penalty of the master,
+    Keras mixed's value. In a stateless step (``fit``'s), with the copy's value ``x``: the
+    penalty of ``master + (x - stop_gradient(x))``, the master's value exactly, whose gradient
+    reaches the copy (cast to its 16-bit dtype: JAX's gradient of a 16-bit value is 16-bit).
+
+    Raises:
+        ValueError: in a stateless scope that does not carry the master (``evaluate``, a
+            custom ``stateless_call``): its penalty cannot be computed there.
+    """
+
+    def __init__(self, penalty, variable):
+        self.penalty = penalty
+        self.variable = variable
+
+    def __call__(self, x):
+        pair = pair_kinds.record_of(self.variable)
+        if x is self.variable:
+            if not active.STEP_DIFFERENTIATES_LAYER_LOSSES:
+                return self.penalty(pair.master_tensor())
+            # the master's value, whose gradient reaches the copy the optimizer is given the
+            # gradient of
+            return self.penalty(_master_valued(pair.master_tensor(), self.variable.value))
+        if not internals.in_stateless_scope():
+            return self.penalty(x)
+        other = (getattr(_STEP, "values", None) or {}).get(id(pair.other))
+        if other is None:
+            raise ValueError(
+                f"The regularizer of variable {self.variable.path!r} is computed on its fp32 "
+                "master, which this stateless computation does not carry (only fit's "
+                "training step with MasterWeightOptimizer does on JAX; evaluate and a custom "
+                "stateless_call do not). Read the penalty with `model.losses` outside it, or "
+                "leave the regularizer out of this computation.")
+        return self.penalty(_master_valued(pair.step_master(x, other), x))
+
+    def get_config(self):
+        return self.penalty.get_config()
