@@ -1,19 +1,32 @@
 """fp32 master weights beside 16-bit compute copies (Caffe2's PseudoFP16, arXiv 1710.03740).
 
+The house: ``common/`` (every backend), ``tensorflow/`` (Keras's TensorFlow backend: a
+variable creator makes the pairs) and ``keras_variables/`` (JAX and torch: pairs made from
+built layers; ``jax``/``torch`` hold what each does its own way); the backend is chosen once
+(``common.backend_choice``, whose folder ``_chosen_backend`` imports). Where a thing differs
+by backend, both folders have a module of the same name.
+
 The concepts, one line each (their modules in brackets):
 
-- scope / ScopeState: one entered scope = its PairSpec, strategy and policy [_creator, _state].
-- PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules [_policy].
-- the pair record: the one record on a paired variable, a ParameterInfo (param, blob_copy)
-  whose kind (pseudo_fp16, reverse, split) is decided once, when the pair is made
-  [_pair_kinds: the roles, every backend; _pairs: tf.Variable; _jax_pairs: keras.Variable].
+- scope / ScopeState: one entered scope = its PairSpec, strategy and policy [each folder's
+  ``scope``, ``common.scope_stack``, ``common.scope_hooks``].
+- PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules
+  [``common.pair_policy``].
+- which variables pair up, and the pair record: the one record on a paired variable, a
+  ParameterInfo (param, blob_copy) whose kind (pseudo_fp16, reverse, split) is decided once,
+  when the pair is made [``common.pair_kinds``: the rule and the roles, every backend; each
+  folder's ``pair_records``: how a master is read and written there].
 - the public functions over pairs (parameter_info, sync_copies, the master weights, files,
-  replicas): one code path, the backend's pair functions chosen once [_pair_store].
-- PairedVariable: the Keras variable a layer holds: computes 16-bit, writes reach the master.
-- MasterVariable: the fp32 master as the Keras variable the inner optimizer updates [_variable].
+  replicas): one code path over the chosen backend's pair functions [``_master_weights``,
+  ``_replicas``, ``_chosen_backend``].
+- PairedVariable: the Keras variable a layer holds: computes 16-bit, writes reach the master;
+  MasterVariable (TensorFlow): the fp32 master as the Keras variable the inner optimizer
+  updates [each folder's ``paired_variables``].
 - the split master: bfloat16 copy + int16 remainder, no fp32 variable [tfinit._split_master].
-- MasterWeightOptimizer: scale, unscale in fp32, update masters, re-cast copies [_optimizer].
-- the checkpoint hooks: every save format stores a pair's fp32 master [_checkpoint].
+- MasterWeightOptimizer: scale, unscale in fp32, update masters, re-cast copies
+  [``common.optimizer_core``, each folder's ``optimizer``].
+- the save hooks: every save format stores a pair's fp32 master [each folder's
+  ``save_hooks``, ``common.weight_files``].
 
 The public names:
 

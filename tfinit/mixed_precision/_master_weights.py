@@ -16,7 +16,7 @@ from tfinit.mixed_precision import _chosen_backend
 from tfinit.mixed_precision.common import weight_files
 
 
-def _pairs_of(target, who):
+def _pairs_in(target, who):
     _chosen_backend.pair_pending()
     return pair_kinds.pairs_of(pair_kinds.variables_of(target, who), _chosen_backend.pair_of)
 
@@ -100,7 +100,7 @@ def sync_copies(model_or_variables):
     >>> keras.ops.convert_to_numpy(kernel).ravel()
     array([0.5, 2. ], dtype=float16)
     """
-    pairs = _pairs_of(model_or_variables, "sync_copies")
+    pairs = _pairs_in(model_or_variables, "sync_copies")
     _chosen_backend.refresh(pairs)
     return len(pairs)
 

@@ -1,8 +1,8 @@
 """What ``MasterWeightOptimizer`` is on every backend: its arguments, config, loss-scale rules.
 
 ``MasterWeightOptimizerBase`` holds the contract both concrete classes share (TensorFlow's in
-``_optimizer``, the ``keras.Variable`` one of Keras's JAX and torch backends in
-``_jax_optimizer``): the constructor's checks, the constants of dynamic scaling, what
+``tensorflow.optimizer``, the ``keras.Variable`` one of Keras's JAX and torch backends in
+``keras_variables.optimizer``): the constructor's checks, the constants of dynamic scaling, what
 ``loss_scale="auto"`` resolves to and when, ``scale_loss``, the scale's growth and halving,
 ``build`` (the inner optimizer built for the masters), weight-decay exclusions,
 ``finalize_variable_values`` and the config. A concrete class supplies how its backend finds a

@@ -1,7 +1,7 @@
 """What ``scope`` does to Keras on every backend: the active scope's dtype policy, and the
 hooks it leaves on the layers and models constructed inside (no TensorFlow here).
 
-Each backend's ``scope`` (``_creator`` on TensorFlow, ``_jax_scope`` on JAX and torch) passes
+Each backend's ``scope`` (``tensorflow.scope``, ``keras_variables.scope`` on JAX and torch) passes
 in what differs: its ``MasterWeightOptimizer`` class, the context its variables are created
 in (TensorFlow: the variable creator), and what follows a layer's late build.
 """
