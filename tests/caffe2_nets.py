@@ -301,7 +301,7 @@ def ceil_pool(x, kernel, stride, pad, mode="max"):
     input; average divides by the cells inside."""
     _, _, h, w = x.shape
     sizes = []
-    for size, k, s, p in zip((h, w), kernel, stride, pad):
+    for size, k, s, p in zip((h, w), kernel, stride, pad, strict=True):
         out = int(np.ceil((size + 2 * p - k) / s)) + 1
         if p > 0 and (out - 1) * s >= size + p:
             out -= 1

@@ -83,7 +83,7 @@ def run_case(case, arrays):
     if case["caffe2"] != "ok":
         return {"status": "computed", "match": False, "detail": "Caffe2 refused this net"}
     details, ok = [], True
-    for blob, y in zip(written, results):
+    for blob, y in zip(written, results, strict=True):
         good, detail = compare(arrays[f"{files}/blob/{blob}"],
                                _layout(np.asarray(y), case, _FROM_MODEL))
         ok &= good

@@ -36,7 +36,7 @@ def _run_case(case_id):
 
 def _assert_matches(case_id):
     ys, expected, model = _run_case(case_id)
-    for y, e in zip(ys, expected):
+    for y, e in zip(ys, expected, strict=True):
         assert y.shape == e.shape, case_id
         tol = 1e-5 * max(1.0, float(np.abs(e).max()) if e.size else 1.0)
         np.testing.assert_allclose(y, e, rtol=0, atol=tol, err_msg=case_id)
@@ -91,7 +91,7 @@ def test_stride_with_dilation_in_the_onednn_pattern_matches_numpy():
 def _dilated_conv(x, w, stride, dilation):
     """Caffe2's Conv (NCHW, OIHW, no bias) on an already padded ``x``, in float64."""
     o, _, kh, kw = w.shape
-    span = [d * (k - 1) + 1 for k, d in zip((kh, kw), dilation)]
+    span = [d * (k - 1) + 1 for k, d in zip((kh, kw), dilation, strict=True)]
     oh = (x.shape[2] - span[0]) // stride[0] + 1
     ow = (x.shape[3] - span[1]) // stride[1] + 1
     out = np.zeros((x.shape[0], o, oh, ow))

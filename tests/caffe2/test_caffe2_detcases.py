@@ -93,7 +93,7 @@ def mismatches(name):
     case = CASES[name]
     _, got, arrays = outcome(name)
     found = []
-    for blob, y in zip(case["outputs"], got):
+    for blob, y in zip(case["outputs"], got, strict=True):
         want = arrays[f"blob/{blob}"]
         if y.shape != want.shape:
             found.append(f"{blob}: shape {y.shape}, Caffe2 {want.shape}")
@@ -208,7 +208,7 @@ def test_batch_of_two_gives_each_image_its_own_detections():
     model = to_keras(DATA / f"{name}_predict_net.pb", DATA / f"{name}_init_net.pb",
                      _input_shape(case), outputs=outputs)
     got = dict(zip(outputs, (keras.ops.convert_to_numpy(y) for y in model(
-        [arrays["input/data"], arrays["input/im_info"]]))))
+        [arrays["input/data"], arrays["input/im_info"]])), strict=True))
     rois = arrays["blob/rois"]
     grouped = rois[np.argsort(rois[:, 0], kind="stable")]
     assert not np.array_equal(grouped, rois)  # Caffe2's rows interleave the two images
@@ -228,7 +228,7 @@ def test_batch_of_two_gives_each_image_its_own_detections():
         count = len(want[0])
         counts.append(count)
         part = slice(start, start + count)
-        for blob, expected in zip(("score_nms", "bbox_nms", "class_nms"), want):
+        for blob, expected in zip(("score_nms", "bbox_nms", "class_nms"), want, strict=True):
             scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
             np.testing.assert_allclose(got[blob][part], expected, rtol=0, atol=1e-4 * scale,
                                        err_msg=f"image {image}: {blob}")
@@ -252,7 +252,7 @@ def test_batch_of_two_matches_caffe2_run_on_rois_grouped_by_image():
         assert np.array_equal(grouped[f"input/{blob}"], original[f"input/{blob}"])
     result = outcome("e2e_d2_b2")
     assert result[0] == "ran", result[1]
-    for blob, y in zip(CASES["e2e_d2_b2"]["outputs"], result[1]):
+    for blob, y in zip(CASES["e2e_d2_b2"]["outputs"], result[1], strict=True):
         want = grouped[f"blob/{blob}"]
         assert y.shape == want.shape, blob
         scale = max(1.0, float(np.abs(want).max(initial=0.0)))
@@ -289,7 +289,7 @@ def test_detection_model_runs_in_a_tf_function_and_after_a_keras_round_trip(tmp_
     model.save(tmp_path / "mask_rcnn.keras")
     reloaded = keras.saving.load_model(tmp_path / "mask_rcnn.keras")
     for run in (tf.function(model), reloaded):
-        for blob, y in zip(case["outputs"], run(inputs)):
+        for blob, y in zip(case["outputs"], run(inputs), strict=True):
             want = arrays[f"blob/{blob}"]
             assert y.shape == want.shape, blob
             scale = max(1.0, float(np.abs(want).max()))

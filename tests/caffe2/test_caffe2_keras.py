@@ -38,7 +38,7 @@ def test_mlp_into_a_functional_model_reproduces_every_caffe2_blob(mlp):
     assert report.assigned == {f"fc{k}_{p}": f"fc{k}.{a}" for k in (1, 2, 3)
                                for p, a in (("w", "kernel"), ("b", "bias"))}
     assert report.unused == ["data"] and report.missing == [] and report.reordered == {}
-    for name, out in zip(MLP_BLOBS, model(ref["input/data"])):
+    for name, out in zip(MLP_BLOBS, model(ref["input/data"]), strict=True):
         np.testing.assert_allclose(np.asarray(out), ref[f"blob/{name}"], rtol=1e-5, atol=1e-5)
 
 

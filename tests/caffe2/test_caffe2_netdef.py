@@ -161,7 +161,7 @@ def _assert_same_net(net, expected):
     assert (net.name, net.external_input, net.external_output) == (
         expected.name, expected.external_input, expected.external_output)
     assert len(net.ops) == len(expected.ops)
-    for op, ref in zip(net.ops, expected.ops):
+    for op, ref in zip(net.ops, expected.ops, strict=True):
         assert (op.type, op.inputs, op.outputs) == (ref.type, ref.inputs, ref.outputs)
         assert op.args.keys() == ref.args.keys()
         for key, value in op.args.items():

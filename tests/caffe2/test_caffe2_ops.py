@@ -144,7 +144,7 @@ def test_an_nhwc_net_flattens_h_w_c_into_its_fc(cnn):
     net, nhwc_params = nets.to_nhwc(predict, params, fc_after=("fc_w", (4, 4, 4)))
     model = to_keras(net, nhwc_params, (8, 8, 3), outputs=BLOBS)
     assert model.input_shape == (None, 8, 8, 3)
-    for blob, out in zip(BLOBS, model(x.transpose(0, 2, 3, 1))):
+    for blob, out in zip(BLOBS, model(x.transpose(0, 2, 3, 1)), strict=True):
         _close(out, nets.nchw_to_nhwc(ref)[blob])
     nchw_io = to_keras(net, nhwc_params, (3, 8, 8), input_format="channels_first")
     _close(nchw_io(x), ref["prob"])
@@ -240,7 +240,7 @@ def test_a_net_of_tfinits_layers_saves_loads_and_trains(tmp_path):
     path = tmp_path / "ops.keras"
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    for a, b in zip(reloaded(x), model(x)):
+    for a, b in zip(reloaded(x), model(x), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     trainer = keras.Model(model.input, model.outputs[0])
     trainer.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")

@@ -85,7 +85,7 @@ def test_caffe_style_net_matches_numpy_caffe2_blob_by_blob():
     blobs = ["pool1", "a", "dw", "pw", "cat", "pool2", "fc", "prob"]
     model = to_keras(predict, nets.given_tensor_init_net(params).to_bytes(), (3, 13, 13),
                      outputs=blobs)
-    for blob, out in zip(blobs, model(x)):
+    for blob, out in zip(blobs, model(x), strict=True):
         out = np.asarray(out)
         assert out.shape == ref[blob].shape, blob
         np.testing.assert_allclose(out, ref[blob], rtol=1e-5, atol=1e-5 * np.abs(

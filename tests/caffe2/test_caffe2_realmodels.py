@@ -151,7 +151,7 @@ def test_shufflenet_default_outputs_hold_concats_split_info(shufflenet):
     model = to_keras(predict, init, (3, 224, 224))
     outs = model(ref["input/data"])
     assert len(outs) == len(net.external_output) == 17
-    for blob, out in zip(net.external_output, outs):
+    for blob, out in zip(net.external_output, outs, strict=True):
         expected = ref[f"blob/{blob}"]
         assert np.asarray(out).dtype == expected.dtype, blob
         np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-4, atol=1e-5)
@@ -194,7 +194,7 @@ def test_char_rnn_default_outputs_leave_out_the_step_workspaces(char_rnn):
     model = to_keras(predict, init, _lstm_shapes(ref))
     expected = ["LSTM/hidden_state_last", "LSTM/cell_state_all", "LSTM/cell_state_last",
                 "softmax_reshaped", "_"]
-    for blob, out in zip(expected, model(_lstm_feed(ref))):
+    for blob, out in zip(expected, model(_lstm_feed(ref)), strict=True):
         np.testing.assert_allclose(np.asarray(out), ref[f"blob/{blob}"], rtol=1e-4, atol=1e-5)
     assert [inp.name for inp in model.inputs] == list(LSTM_INPUTS)
     assert model.inputs[3].dtype == "int32"
@@ -214,7 +214,7 @@ def test_char_rnn_honours_shorter_seq_lengths(char_rnn):
     lengths = np.array([5, 2], np.int32)
     outs = model(_lstm_feed(ref, seq_lengths=lengths))
     expected = _numpy_lstm(ref, lengths)
-    for out, exp in zip(outs[:4], expected):
+    for out, exp in zip(outs[:4], expected, strict=True):
         np.testing.assert_allclose(np.asarray(out), exp, rtol=1e-5, atol=1e-6)
     hidden_all = np.asarray(outs[0])
     np.testing.assert_array_equal(hidden_all[2:, 1], np.repeat(hidden_all[1:2, 1], 3, 0))
@@ -249,7 +249,7 @@ def test_char_rnn_weights_train_and_round_trip(char_rnn, tmp_path):
     path = tmp_path / "char_rnn.keras"
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    for a, b in zip(reloaded(_lstm_feed(ref)), model(_lstm_feed(ref))):
+    for a, b in zip(reloaded(_lstm_feed(ref)), model(_lstm_feed(ref)), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 

@@ -76,14 +76,16 @@ def test_batch_major_model_computes_caffe2s_blobs_transposed(char_rnn):
     outs = [np.asarray(out) for out in model(_batch_major_feed(ref))]
     batch_major = {"LSTM/hidden_state_last": lambda a: a[0], "LSTM/cell_state_all":
                    lambda a: a.transpose(1, 0, 2), "LSTM/cell_state_last": lambda a: a[0]}
-    for blob, out in zip(DEFAULT_OUTPUTS, outs):  # the others come out as Caffe2 holds them
+    # the others come out as Caffe2 holds them
+    for blob, out in zip(DEFAULT_OUTPUTS, outs, strict=True):
         expected = batch_major.get(blob, lambda a: a)(ref[f"blob/{blob}"])
         assert out.shape == expected.shape, blob
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5, err_msg=blob)
     probe = to_keras(predict, init, BATCH_MAJOR, ["softmax", "LSTM/hidden_state_all"],
                      time_major=False)
     assert probe.output_names == ["softmax", "LSTM_hidden_state_all"]
-    for blob, out in zip(["softmax", "LSTM/hidden_state_all"], probe(_batch_major_feed(ref))):
+    for blob, out in zip(["softmax", "LSTM/hidden_state_all"], probe(_batch_major_feed(ref)),
+                         strict=True):
         np.testing.assert_allclose(np.asarray(out), ref[f"blob/{blob}"].transpose(1, 0, 2),
                                    rtol=1e-4, atol=1e-5, err_msg=blob)
 
@@ -110,7 +112,7 @@ def test_time_major_default_keeps_caffe2s_layout_with_distinct_output_names(char
     assert len(set(names)) == len(names) == 5
     assert names[:3] == ["LSTM_hidden_state_last", "LSTM_cell_state_all", "LSTM_cell_state_last"]
     feed = [ref[f"input/{blob}"] for blob in BATCH_MAJOR]
-    for blob, out in zip(DEFAULT_OUTPUTS, model(feed)):
+    for blob, out in zip(DEFAULT_OUTPUTS, model(feed), strict=True):
         np.testing.assert_allclose(np.asarray(out), ref[f"blob/{blob}"], rtol=1e-4, atol=1e-5)
 
 

@@ -24,7 +24,7 @@ def test_mlp_reproduces_caffe2s_outputs_and_every_intermediate_blob():
     _close(model(ref["input/data"]), ref["blob/prob"])
     full = to_keras(read_netdef(models / "mlp_predict_net.pb"),
                     models.joinpath("mlp_init_net.pb").read_bytes(), (10,), outputs=MLP_BLOBS)
-    for name, out in zip(MLP_BLOBS, full(ref["input/data"])):
+    for name, out in zip(MLP_BLOBS, full(ref["input/data"]), strict=True):
         _close(out, ref[f"blob/{name}"])
     assert [layer.name for layer in full.layers if isinstance(layer, keras.layers.Dense)] == [
         "fc1", "fc2", "fc3"]
@@ -38,7 +38,7 @@ def test_cnn_in_nchw_matches_numpy_caffe2_blob_by_blob():
     blobs = ["conv1", "bn1", "pool1", "fc", "prob"]
     model = to_keras(predict.to_bytes(), init, (3, 8, 8), outputs=blobs)
     assert model.input_shape == (None, 3, 8, 8)
-    for name, out in zip(blobs, model(x)):
+    for name, out in zip(blobs, model(x), strict=True):
         assert out.shape == ref[name].shape, name
         _close(out, ref[name])
     bn = model.get_layer("bn1")
@@ -52,7 +52,7 @@ def test_padded_pooling_and_the_remaining_ops_match_numpy_caffe2():
     blobs = ["conv_a", "conv_b", "tanh_a", "sig_b", "cat", "avg", "sum", "gmax", "drop",
              "flat", "fc", "resh"]
     model = to_keras(predict, params, (3, 8, 8), outputs=blobs)
-    for name, out in zip(blobs, model(x)):
+    for name, out in zip(blobs, model(x), strict=True):
         assert out.shape == ref[name].shape, name
         _close(out, ref[name])
     default = to_keras(predict, params, (3, 8, 8))  # the net's external outputs
@@ -67,7 +67,7 @@ def test_pools_with_explicit_pads_tensorflow_cannot_express(tmp_path):
     ref = nets.padded_pools_forward(x)
     model = to_keras(predict, {}, (3, 8, 7))
     assert isinstance(model.get_layer("mp"), Caffe2Pooling2D)
-    for name, out in zip(["mp", "ap", "ap2"], model(x)):
+    for name, out in zip(["mp", "ap", "ap2"], model(x), strict=True):
         assert out.shape == ref[name].shape, name
         _close(out, ref[name])
     path = tmp_path / "pools.keras"
@@ -160,7 +160,7 @@ def test_nets_reproduce_what_real_caffe2_computed(name):
     model = to_keras(data / f"c2import_{name}_predict_net.pb",
                      data / f"c2import_{name}_init_net.pb", x.shape[1:], outputs=blobs)
     outs = model(x)
-    for blob, out in zip(blobs, outs if len(blobs) > 1 else [outs]):
+    for blob, out in zip(blobs, outs if len(blobs) > 1 else [outs], strict=True):
         assert out.shape == ref[f"blob/{blob}"].shape, blob
         _close(out, ref[f"blob/{blob}"])
 

@@ -49,7 +49,7 @@ def test_a_cgroup_memory_limit_lowers_what_is_available(tmp_path, monkeypatch, l
     from tfinit.caffe2 import _memory
 
     files = [tmp_path / name for name in ("memory.max", "memory.current", "memory.stat")]
-    for path, text in zip(files, (limit, usage, f"anon 5\ninactive_file {cache}\n")):
+    for path, text in zip(files, (limit, usage, f"anon 5\ninactive_file {cache}\n"), strict=True):
         path.write_text(text + "\n")
     monkeypatch.setattr(_memory, "_CGROUPS", ((*map(str, files), "inactive_file"),))
     assert _memory._cgroup() == expected

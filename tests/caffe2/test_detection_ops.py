@@ -168,7 +168,7 @@ def _check_case(case, graph):
     op, arrays, expected = _load(case)
     outputs = RUN[case["op"]](op, arrays, graph)
     assert len(outputs) == len(op.outputs)
-    for blob, got in zip(op.outputs, outputs):
+    for blob, got in zip(op.outputs, outputs, strict=True):
         assert_matches(f"{case['name']}:{blob}", got, expected[blob])
 
 
@@ -208,17 +208,17 @@ def test_group_by_image_gives_caffe2s_per_image_answer():
     inputs = [blobs[b] for b in collect.inputs]
     kwargs = A.collect_and_distribute_args(collect).layer_kwargs()
     grouped = D.Caffe2CollectAndDistributeFpnRpnProposals(**kwargs, group_by_image=True)(inputs)
-    for blob, got in zip(collect.outputs, grouped):
+    for blob, got in zip(collect.outputs, grouped, strict=True):
         assert_matches(blob, got, blobs[blob])
     as_caffe2 = D.Caffe2CollectAndDistributeFpnRpnProposals(**kwargs)(inputs)
-    for blob, got in zip(collect.outputs, as_caffe2):
+    for blob, got in zip(collect.outputs, as_caffe2, strict=True):
         assert_matches(blob, got, caffe2_order[blob])
     assert not np.array_equal(blobs["rois"], caffe2_order["rois"])  # the images interleave
 
     for op_type in ("BBoxTransform", "BoxWithNMSLimit"):
         op = ops[op_type]
         outputs = RUN[op_type](op, blobs, False)
-        for blob, got in zip(op.outputs, outputs):
+        for blob, got in zip(op.outputs, outputs, strict=True):
             assert_matches(f"{op_type}:{blob}", got, blobs[blob])
     splits = blobs["batch_splits_nms"].astype(int)
     assert splits.tolist() == [16, 24]

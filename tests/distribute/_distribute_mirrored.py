@@ -263,7 +263,7 @@ def check_tpu_readiness():
                 loss = tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32) - y))
                 scaled = optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         MIRRORED.run(replica, args=(x, y))
 
     result["negative control"] = tfd.forbidden_ops(host_step, *spec)

@@ -86,7 +86,7 @@ def test_model_save_and_load_keep_the_initializers(tmp_path):
     path = tmp_path / "model.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
-    for old, new in zip(model.layers[1:], loaded.layers[1:]):
+    for old, new in zip(model.layers[1:], loaded.layers[1:], strict=True):
         assert type(new.kernel_initializer) is type(old.kernel_initializer)
         assert new.kernel_initializer.get_config() == old.kernel_initializer.get_config()
         assert new.bias_initializer.get_config() == old.bias_initializer.get_config()

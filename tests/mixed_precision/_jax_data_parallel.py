@@ -70,9 +70,9 @@ for mode, dtype in SPECS:
         model = make()
     masters = mp.get_master_weights(train(model, mp.set_master_weights))
     label = f"{mode}/{dtype}"
-    moved = [not np.array_equal(a, b) for a, b in zip(masters, start)]
+    moved = [not np.array_equal(a, b) for a, b in zip(masters, start, strict=True)]
     assert sum(moved) >= 6, (label, moved)  # the training changed the weights
-    for got, want in zip(masters, oracle):
+    for got, want in zip(masters, oracle, strict=True):
         assert got.dtype == want.dtype == np.float32, label
         assert got.tobytes() == want.tobytes(), (label, float(np.max(np.abs(got - want))))
     pairs = _jax_pairs.pairs_of(model.weights)
@@ -112,7 +112,8 @@ bad[0, 0] += 0.5
 sharding = good.sharding
 split = jax.make_array_from_single_device_arrays(
     good.shape, sharding, [jax.device_put(good_or_bad, device) for good_or_bad, device in
-                           zip([np.asarray(good), bad], sorted(devices, key=lambda d: d.id))])
+                           zip([np.asarray(good), bad], sorted(devices, key=lambda d: d.id),
+                               strict=True)])
 keras.Variable.assign(kernel.master, split)
 path = kernel.param.path
 assert mp.replica_mismatches(model) == [f"{path}: master differs between replicas",

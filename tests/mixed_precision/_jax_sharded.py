@@ -111,7 +111,8 @@ def check_layouts():
             want = fit(oracle, keras.optimizers.Adam(1e-2)).get_weights()
             model = fit(paired(mode, dtype, master), keras.optimizers.Adam(1e-2))
             got = mp.get_master_weights(model)
-            assert sum(not np.array_equal(a, b) for a, b in zip(got, START)) == 4, label
+            assert sum(not np.array_equal(a, b)
+                       for a, b in zip(got, START, strict=True)) == 4, label
             assert [a.tobytes() for a in got] == [b.tobytes() for b in want], label
             for pair in _jax_pairs.pairs_of(model.weights):
                 where = f"{label} {pair.param.path}"
@@ -153,11 +154,11 @@ def expected_bytes(model, sizes, master, state_bytes):
         whole = int(np.prod(variable.shape))
         on_device = whole // int(np.prod(split_by or [1]))
         total += 2 * on_device
-        dims = [dim for dim, axis in zip(variable.shape, layout.axes) if axis is None]
+        dims = [dim for dim, axis in zip(variable.shape, layout.axes, strict=True) if axis is None]
         batch = sizes["batch"]
         sharded_over_batch = any(dim % batch == 0 for dim in dims) or any(
             dim % (batch * sizes.get(axis, 1)) == 0
-            for dim, axis in zip(variable.shape, layout.axes) if axis is not None)
+            for dim, axis in zip(variable.shape, layout.axes, strict=True) if axis is not None)
         total += stored * (on_device // batch if sharded_over_batch else on_device)
     return total
 
@@ -245,7 +246,7 @@ def check_zero1():
         trainable, state = jax.jit(optimizer.stateless_apply)(
             [v.value for v in optimizer.variables], grads,
             [v.value for v in model.trainable_variables])
-        masters = [s for v, s in zip(optimizer.variables, state)
+        masters = [s for v, s in zip(optimizer.variables, state, strict=True)
                    if any(v is p.other for p in _jax_pairs.pairs_of(model.weights))]
         if shard_over:
             assert all("batch" in str(m.sharding.spec) for m in masters[:3]), \

@@ -48,7 +48,7 @@ def step(batch, poison):
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         bad = tf.logical_and(poison, tf.equal(rid, 1))   # overflow on replica 1 only
         grads = [tf.where(bad, tf.constant(np.inf, g.dtype), g) for g in grads]
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
     return strategy.reduce("SUM", strategy.run(fn, args=batch), axis=None)
 def full_data_loss():
@@ -73,7 +73,7 @@ assert state() == before, "non-finite step on one replica changed state"
 assert float(opt.dynamic_scale.numpy()) == scale / 2
 for v in model.trainable_variables:
     i = mp.parameter_info(v)
-    for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values):
+    for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values, strict=True):
         np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
 # model.fit under the strategy, reverse mode, bfloat16.
 keras.utils.set_random_seed(0)
@@ -100,7 +100,7 @@ tf.train.Checkpoint(model=fmodel).read(path).assert_consumed()
 assert saved == [_pairs.master_of(_pairs.pair_of(v)).numpy().tobytes() for v in paired]
 for v in paired:
     i = _pairs.pair_of(v)
-    for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values):
+    for m, c in zip(_pairs.master_of(i).values, _pairs.copy_of(i).values, strict=True):
         np.testing.assert_array_equal(c.numpy(), tf.cast(m, c.dtype).numpy())
 # The mission's pattern: compile inside both scopes with a string; fit after them. The
 # optimizer compile chose is wrapped (when the block exits) and the masters train as Keras
@@ -133,5 +133,5 @@ model.fit(xs, ys, batch_size=8, epochs=2, shuffle=False, verbose=0)
 masters = mp.get_master_weights(model)
 assert not np.array_equal(masters[0], start[0])
 assert [m.tobytes() for m in masters] == [w.tobytes() for w in oracle.get_weights()], \
-    [float(np.max(np.abs(m - w))) for m, w in zip(masters, oracle.get_weights())]
+    [float(np.max(np.abs(m - w))) for m, w in zip(masters, oracle.get_weights(), strict=True)]
 print("OK")

@@ -103,7 +103,7 @@ def assert_bitwise(have, want, labels=None, what="masters"):
     assert len(have) == len(want), f"{what}: {len(have)} arrays against Keras's {len(want)}"
     labels = labels or [str(i) for i in range(len(want))]
     bad = []
-    for i, (h, w) in enumerate(zip(have, want)):
+    for i, (h, w) in enumerate(zip(have, want, strict=True)):
         h, w = np.asarray(h), np.asarray(w)
         if h.dtype != w.dtype or h.shape != w.shape or h.tobytes() != w.tobytes():
             bad.append(_describe(i, labels[i], h, w))
@@ -118,7 +118,7 @@ def assert_close(have, want, before, dtype, labels=None, ulps=8, what="masters")
     assert len(have) == len(want) == len(before)
     labels = labels or [str(i) for i in range(len(want))]
     bad = []
-    for i, (h, w, b) in enumerate(zip(have, want, before)):
+    for i, (h, w, b) in enumerate(zip(have, want, before, strict=True)):
         h, w, b = (np.asarray(a, np.float64) for a in (h, w, b))
         assert h.shape == w.shape, labels[i]
         step_h, step_w = h - b, w - b
@@ -232,7 +232,7 @@ def custom_loop(model, optimizer, x, y, jit_compile=False):
             loss = tf.reduce_mean(tf.square(pred - yb))
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
-        optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
     losses = []
@@ -250,7 +250,8 @@ def _jax_custom_loop(model, optimizer, x, y):
     def loss_fn(trainable, non_trainable, opt_vars, xb, yb):
         pred, non_trainable = model.stateless_call(trainable, non_trainable, xb, training=True)
         loss = keras.ops.mean(keras.ops.square(keras.ops.cast(pred, "float32") - yb))
-        with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, opt_vars))):
+        mapping = list(zip(optimizer.variables, opt_vars, strict=True))
+        with keras.StatelessScope(state_mapping=mapping):
             scaled = optimizer.scale_loss(loss)
         return scaled, (loss, non_trainable)
 
@@ -271,8 +272,8 @@ def _jax_custom_loop(model, optimizer, x, y):
         loss, state = step(state, x[start:start + BATCH], y[start:start + BATCH])
         losses.append(float(loss))
     for variables, values in zip((model.trainable_variables, model.non_trainable_variables,
-                                  optimizer.variables), state):
-        for variable, value in zip(variables, values):
+                                  optimizer.variables), state, strict=True):
+        for variable, value in zip(variables, values, strict=True):
             variable.assign(value)
     return losses
 

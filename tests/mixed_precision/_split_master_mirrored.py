@@ -61,7 +61,7 @@ def fit(master):
 
 def same(a, b):
     return all(p.tobytes() == q.tobytes() for p, q in zip(mp.get_master_weights(a),
-                                                          mp.get_master_weights(b)))
+                                                          mp.get_master_weights(b), strict=True))
 
 
 fp32_loop, ties = custom_loop("fp32")

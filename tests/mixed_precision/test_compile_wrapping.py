@@ -61,7 +61,7 @@ def assert_wrapped_and_trains(model, inner_class, learning_rate):
     before = mp.get_master_weights(model)
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     after = mp.get_master_weights(model)
-    assert all(not np.array_equal(a, b) for a, b in zip(before, after))
+    assert all(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     assert mp.replica_mismatches(model) == []
 
 

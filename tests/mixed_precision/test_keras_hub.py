@@ -79,7 +79,7 @@ def assert_trains_masters(lm, x, y, optimizer_class, learning_rate):
     before = mp.get_master_weights(lm)
     lm.fit(x, y, batch_size=len(y), epochs=1, verbose=0)
     after = mp.get_master_weights(lm)
-    moved = sum(not np.array_equal(a, b) for a, b in zip(before, after))
+    moved = sum(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
     assert moved >= len(after) // 2, (moved, len(after))
     assert mp.replica_mismatches(lm) == []  # every copy is cast(master)
 
@@ -153,7 +153,7 @@ def test_one_step_matches_keras_mixed(mode):
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
     want, got = oracle.get_weights(), mp.get_master_weights(lm)
-    for variable, a, b, s in zip(oracle.weights, want, got, start):
+    for variable, a, b, s in zip(oracle.weights, want, got, start, strict=True):
         if BACKEND == "jax" and mode == "pseudo_fp16" and variable.path == (
                 "token_embedding/embeddings"):
             # each element's update is the step's lr * gradient: bounded by two bfloat16
@@ -179,7 +179,7 @@ def test_lora_trains_the_adapters_and_keeps_the_frozen_masters():
     lora_before = [keras.ops.convert_to_numpy(v) for v in lora]
     lm.fit(x, y, batch_size=4, epochs=1, verbose=0)
     assert any(not np.array_equal(keras.ops.convert_to_numpy(v), b)
-               for v, b in zip(lora, lora_before))
+               for v, b in zip(lora, lora_before, strict=True))
     index = [w.path for w in lm.weights].index("transformer_layer_0/self_attention/query/kernel")
     assert not lm.weights[index].trainable  # LoRA froze it
     np.testing.assert_array_equal(mp.get_master_weights(lm)[index], frozen_before[index])

@@ -47,7 +47,8 @@ def test_nadam_float16_masters_equal_keras_mixed_with_its_u_product_tracked(mode
     P.fit(model, mp.MasterWeightOptimizer(keras.optimizers.Nadam(1e-2)), x, y)
     P.assert_bitwise(mp.get_master_weights(model), ref.get_weights(), P.names(ref))
     P.assert_copies_synced(model)
-    same = all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), ref.get_weights()))
+    same = all(np.array_equal(a, b)
+               for a, b in zip(plain.get_weights(), ref.get_weights(), strict=True))
     # On JAX the untracked u_product is lost between steps (TensorFlow keeps it: stateful).
     assert same == (keras.backend.backend() != "jax")
 

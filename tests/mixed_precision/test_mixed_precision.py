@@ -127,7 +127,7 @@ def test_reverse_reads_cached_copy_with_keras_mixed_gradients(dtype_policy):
 
     (y1, g1), (y2, g2) = run(ours), run(ref)
     assert y1.dtype == np.float16 and y1.tobytes() == y2.tobytes()
-    for a, b in zip(g1, g2):
+    for a, b in zip(g1, g2, strict=True):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
     # The forward pass reads the cached copy: a master changed behind its back is not seen
     # until the copy is refreshed.
@@ -307,7 +307,7 @@ def test_keras_nesterov_sgd_matches_caffe2_up_to_rounding():
         keras.optimizers.SGD(0.01, momentum=0.9, nesterov=True), loss_scale=None)
     expected = caffe2_nesterov_replay(w0, grads, 0.01, 0.9)
     slot = None
-    for g, want in zip(grads, expected):
+    for g, want in zip(grads, expected, strict=True):
         opt.apply_gradients([(tf.constant(g), w)])
         slot = opt.inner_optimizer.momentums[0]
         got = master(w).numpy()
@@ -330,16 +330,16 @@ def test_non_finite_gradient_leaves_everything_bit_identical(bad):
         b = tf.Variable(np.ones(3, np.float32))
     opt = mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2))
     good = [tf.ones(8, tf.float16), tf.ones(3, tf.float16)]
-    opt.apply_gradients(zip(good, [w, b]))
+    opt.apply_gradients(zip(good, [w, b], strict=True))
     snapshot = [v.numpy().copy() for v in (w, b, master(w), master(b))]
     slots = [v.numpy().copy() for v in opt.inner_optimizer.variables]
     scale = float(opt.dynamic_scale.numpy())
     poisoned = tf.tensor_scatter_nd_update(tf.ones(8, tf.float16), [[3]], [bad])
-    step = tf.function(lambda g0, g1: opt.apply_gradients(zip([g0, g1], [w, b])))
+    step = tf.function(lambda g0, g1: opt.apply_gradients(zip([g0, g1], [w, b], strict=True)))
     step(poisoned, good[1])
-    for before, after in zip(snapshot, [w, b, master(w), master(b)]):
+    for before, after in zip(snapshot, [w, b, master(w), master(b)], strict=True):
         assert before.tobytes() == after.numpy().tobytes()
-    for before, after in zip(slots, opt.inner_optimizer.variables):
+    for before, after in zip(slots, opt.inner_optimizer.variables, strict=True):
         assert before.tobytes() == after.numpy().tobytes()
     assert float(opt.dynamic_scale.numpy()) == scale / 2
     step(good[0], good[1])  # and training resumes
@@ -379,7 +379,8 @@ def test_opposite_infinities_in_two_gradients_skip_the_step():
         w = tf.Variable(np.zeros(2, np.float32))
         b = tf.Variable(np.zeros(2, np.float32))
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale=1.0)
-    opt.apply_gradients(zip([tf.constant([np.inf, 0.0]), tf.constant([-np.inf, 0.0])], [w, b]))
+    opt.apply_gradients(zip([tf.constant([np.inf, 0.0]), tf.constant([-np.inf, 0.0])], [w, b],
+                            strict=True))
     assert master(w).numpy().tolist() == [0.0, 0.0] and master(b).numpy().tolist() == [0.0, 0.0]
     assert int(opt.iterations.numpy()) == 0
 
@@ -439,7 +440,7 @@ def test_custom_loop_tf_function_with_scale_loss():
             loss = tf.reduce_mean((tf.cast(model(x), tf.float32) - y) ** 2)
             scaled = opt.scale_loss(loss)
         grads = tape.gradient(scaled, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
     losses = [float(step()) for _ in range(60)]
@@ -454,7 +455,7 @@ def test_16bit_variable_without_master_is_an_error():
     with pytest.raises(ValueError, match=r"dense.*kernel.*no fp32 master.*inside "
                                          r"tfinit.mixed_precision.scope"):
         opt.apply_gradients(zip([tf.ones((3, 2), tf.float16), tf.ones(2, tf.float16)],
-                                layer.trainable_variables))
+                                layer.trainable_variables, strict=True))
 
 
 def test_weight_decay_exclusion_reaches_the_masters():
@@ -465,7 +466,7 @@ def test_weight_decay_exclusion_reaches_the_masters():
                                    loss_scale=None)
     opt.exclude_from_weight_decay(var_list=[layer.bias])
     opt.apply_gradients(zip([tf.zeros((2, 2), tf.float16), tf.zeros(2, tf.float16)],
-                            layer.trainable_variables))
+                            layer.trainable_variables, strict=True))
     np.testing.assert_array_equal(master(layer.kernel).numpy(), np.full((2, 2), 0.5))
     np.testing.assert_array_equal(master(layer.bias).numpy(), np.ones(2))
     assert_copies_synced(layer.weights)
@@ -599,7 +600,7 @@ def test_paired_keras_variables_pass_into_tf_function_as_16_bit_values():
         return [v * 2 for v in variables]
 
     outs = double(model.trainable_variables)
-    for out, v in zip(outs, model.trainable_variables):
+    for out, v in zip(outs, model.trainable_variables, strict=True):
         assert out.dtype == tf.float16
         np.testing.assert_array_equal(out.numpy(), 2 * keras.ops.convert_to_numpy(v.value))
 

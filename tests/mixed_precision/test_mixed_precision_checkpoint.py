@@ -41,7 +41,7 @@ def _perturb(model):
 def _assert_restored(model, masters):
     got = _masters(model)
     assert len(got) == len(masters) > 0
-    for want, have in zip(masters, got):
+    for want, have in zip(masters, got, strict=True):
         assert want.tobytes() == have.tobytes()
     for info in _infos(model):
         c, m = _pairs.copy_of(info), _pairs.master_of(info)
@@ -59,7 +59,7 @@ def test_tf_train_checkpoint_round_trip_with_optimizer(tmp_path, mode, compute_d
     with tf.GradientTape() as tape:
         loss = opt.scale_loss(tf.reduce_sum(tf.cast(model(x, training=True), tf.float32)))
     opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                            model.trainable_variables))
+                            model.trainable_variables, strict=True))
     masters = _masters(model)
     slots = [v.numpy() for v in opt.variables]
     path = tf.train.Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "ckpt"))
@@ -69,7 +69,7 @@ def test_tf_train_checkpoint_round_trip_with_optimizer(tmp_path, mode, compute_d
     opt2.build(model2.trainable_variables)
     tf.train.Checkpoint(model=model2, optimizer=opt2).read(path).assert_consumed()
     _assert_restored(model2, masters)
-    for want, have in zip(slots, opt2.variables):
+    for want, have in zip(slots, opt2.variables, strict=True):
         assert np.asarray(want).tobytes() == have.numpy().tobytes()
 
 
@@ -104,7 +104,7 @@ def test_keras_file_round_trip_inside_scope_and_refused_outside(tmp_path):
     _assert_restored(loaded, masters)
     assert isinstance(loaded.optimizer, mp.MasterWeightOptimizer)
     assert isinstance(loaded.optimizer.inner_optimizer, keras.optimizers.SGD)
-    for want, have in zip(model.optimizer.variables, loaded.optimizer.variables):
+    for want, have in zip(model.optimizer.variables, loaded.optimizer.variables, strict=True):
         assert want.numpy().tobytes() == have.numpy().tobytes()
 
 
@@ -167,7 +167,7 @@ def _assert_same_masters(model, other):
     against their masters by get_master_weights)."""
     got, want = mp.get_master_weights(model), mp.get_master_weights(other)
     assert len(got) == len(want) > 0
-    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
@@ -192,7 +192,7 @@ def test_deferred_restore_passes_tensorflows_status_checks(tmp_path, mode, compu
     status.assert_existing_objects_matched()
     status.assert_consumed()
     _assert_same_masters(m2, m1)
-    for want, have in zip(o1.variables, o2.variables):
+    for want, have in zip(o1.variables, o2.variables, strict=True):
         assert np.asarray(want).tobytes() == np.asarray(have).tobytes(), have.path
 
 

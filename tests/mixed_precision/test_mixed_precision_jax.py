@@ -42,6 +42,16 @@ def _np(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+def _assert_same_bits(have, want):
+    """``have`` and ``want`` hold as many arrays, at least one, each pair equal bit for bit
+    (dtype, shape and bytes): a list cut short, or empty, fails."""
+    have, want = [_np(a) for a in have], [_np(b) for b in want]
+    assert len(have) == len(want) > 0, f"{len(have)} arrays against {len(want)}"
+    for i, (a, b) in enumerate(zip(have, want, strict=True)):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), (i, a.dtype, a.shape, b.dtype, b.shape)
+        assert a.tobytes() == b.tobytes(), f"array {i} differs"
+
+
 def _model():
     return keras.Sequential([keras.Input((6,)), L.Dense(8, activation="tanh"),
                              L.BatchNormalization(), L.Dense(2)])
@@ -87,7 +97,7 @@ def test_normalization_state_stays_float32_and_unpaired(mp, mode, dtype):
         ref = L.Normalization()
         ref.adapt(data)
     assert [w.dtype for w in norm.weights] == [w.dtype for w in ref.weights]
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(norm.get_weights(), ref.get_weights()))
+    _assert_same_bits(norm.get_weights(), ref.get_weights())
     for weight in [*bn.weights, *norm.weights]:
         with pytest.raises(ValueError, match="no fp32 master/16-bit copy pair"):
             mp.parameter_info(weight)
@@ -100,15 +110,15 @@ def test_writes_reach_the_master_and_set_weights_is_lossless(mp, mode, dtype):
         model = _model()
     masters = mp.get_master_weights(model)
     model.set_weights(model.get_weights())  # a 16-bit value touches only what it changes
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), masters))
+    _assert_same_bits(mp.get_master_weights(model), masters)
     changed = [w.copy() for w in model.get_weights()]
     changed[0][0, 0] = changed[0][0, 0] + changed[0].dtype.type(1)  # that element: widened
     model.set_weights(changed)
     want = [m.copy() for m in masters]
     want[0][0, 0] = np.float32(changed[0][0, 0])
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), want))
+    _assert_same_bits(mp.get_master_weights(model), want)
     mp.set_master_weights(model, masters)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), masters))
+    _assert_same_bits(mp.get_master_weights(model), masters)
     kernel = model.layers[0].kernel
     kernel.assign_add(np.full(kernel.shape, 1e-4, np.float32))
     master = mp.get_master_weights(model)[0]
@@ -146,7 +156,7 @@ def test_compile_wraps_and_a_step_with_an_overflow_is_skipped(mp):
     before = mp.get_master_weights(model)
     grads = [np.full((2, 1), np.inf, np.float16), np.ones((1,), np.float16)]
     opt.apply(grads)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), before))
+    _assert_same_bits(mp.get_master_weights(model), before)
     assert float(_np(opt.dynamic_scale)) == 2.0**14 and int(_np(opt.iterations)) == 0
     opt.apply([np.ones((2, 1), np.float16), np.ones((1,), np.float16)])
     assert int(_np(opt.iterations)) == 1
@@ -217,18 +227,17 @@ def test_files_store_the_masters_and_load_them_exactly(mp, tmp_path, mode, dtype
                   for i in range(n)]
     # (model.weights: dense's 2, BatchNormalization's 4, dense_1's 2: the file's order)
     assert [s.dtype for s in stored] == [np.float32] * 8
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(stored, masters))
+    _assert_same_bits(stored, masters)
     with mp.scope(mode, compute_dtype=dtype):
         loaded = keras.models.load_model(tmp_path / "m.keras")
         other = _model()
     other.load_weights(tmp_path / "m.weights.h5")
     for got in (loaded, other):
-        assert all(a.tobytes() == b.tobytes()
-                   for a, b in zip(mp.get_master_weights(got), masters))
+        _assert_same_bits(mp.get_master_weights(got), masters)
     assert isinstance(loaded.optimizer, mp.MasterWeightOptimizer)
     plain = _model()  # an fp32 Keras model reads the masters
     plain.load_weights(tmp_path / "m.weights.h5")
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(plain.get_weights(), masters))
+    _assert_same_bits(plain.get_weights(), masters)
 
 
 @jax_only
@@ -282,7 +291,9 @@ _READ = textwrap.dedent("""
     other.load_weights(folder + "/m.weights.h5")
     for model in (loaded, other):
         got = mp.get_master_weights(model)
-        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want)), "masters differ"
+        assert len(got) == len(want) == 8, (len(got), len(want))
+        assert all(a.tobytes() == b.tobytes()
+                   for a, b in zip(got, want, strict=True)), "masters differ"
         assert model.layers[0].kernel.dtype == (dtype if mode == "pseudo_fp16" else "float32")
     # Compiled: the optimizer's state loads exactly, without Keras's "Skipping variable
     # loading" warning (the file has the pairs' variables as optimizer state, or not).
@@ -296,10 +307,11 @@ _READ = textwrap.dedent("""
     want = list(np.load(folder + "/optimizer.npz").values())
     assert len(have) == len(want) and int(want[0]) >= 1  # a step applied: state to load
     assert all(np.asarray(h.value).astype(w.dtype).tobytes() == w.tobytes()  # int32/int64
-               for h, w in zip(have, want)), "optimizer state differs"
+               for h, w in zip(have, want, strict=True)), "optimizer state differs"
     got = mp.get_master_weights(compiled)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, list(np.load(
-        folder + "/masters.npz").values())))
+    want = list(np.load(folder + "/masters.npz").values())
+    assert len(got) == len(want) == 8, (len(got), len(want))
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))
     print("ok", keras.backend.backend())
 """)
 

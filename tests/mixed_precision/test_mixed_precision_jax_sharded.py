@@ -74,7 +74,7 @@ def test_two_hosts_train_the_masters_of_one_and_write_a_file_one_host_loads(tmp_
             if worker.poll() is None:
                 worker.kill()
                 worker.communicate()
-    for worker, output in zip(workers, outputs):
+    for worker, output in zip(workers, outputs, strict=True):
         assert worker.returncode == 0 and output.strip().endswith("OK"), output[-3000:]
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     proc = subprocess.run([sys.executable, script, "reference", str(tmp_path)], env=env,

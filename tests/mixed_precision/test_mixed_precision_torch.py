@@ -39,7 +39,7 @@ def _np(x):
 
 def _same(have, want):
     return len(have) == len(want) and all(
-        a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(have, want))
+        a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(have, want, strict=True))
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

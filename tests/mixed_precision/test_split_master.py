@@ -117,7 +117,7 @@ def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only():
         assert list(info.blob_copy) == [tf.int16]
         assert info.blob_copy[tf.int16].name.endswith(info.name + "_rem:0")
     # same initial masters as the fp32-master scope, bit for bit
-    for a, b in zip(mp.get_master_weights(split), mp.get_master_weights(fp32)):
+    for a, b in zip(mp.get_master_weights(split), mp.get_master_weights(fp32), strict=True):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
     # 4 bytes per parameter (fp32-master scope: 6)
     n = sum(int(np.prod(v.shape)) for v in split.weights)
@@ -140,7 +140,7 @@ def _stepper(model, optimizer, context):
             loss = tf.reduce_mean(tf.square(tf.cast(model(x), tf.float32) - y))
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
     return step if context == "eager" else tf.function(step, jit_compile=context == "jit")
 
@@ -167,7 +167,7 @@ def train_side_by_side(make_optimizer, context, steps=6, ulps=0):
         got = mp.get_master_weights(models[1])
         ties += _assert_equal_up_to_ties(want, got, ulps)
         updates += sum(w.size for w in want)
-        for v, c in zip(models[0].weights, models[1].weights):  # same copies always
+        for v, c in zip(models[0].weights, models[1].weights, strict=True):  # same copies always
             assert v.numpy().tobytes() == c.numpy().tobytes()
         mp.set_master_weights(models[0], got)
     return updates, ties
@@ -223,7 +223,7 @@ def _assert_equal_up_to_ties(want, got, ulps=0):
     """``got`` (split masters) == ``want`` (fp32-master ones) bit for bit (or within ``ulps``),
     ties 1 ulp toward their copy; returns the number of ties."""
     ties = 0
-    for w, g in zip(_bits(want), _bits(got)):
+    for w, g in zip(_bits(want), _bits(got), strict=True):
         tie = ((w & 0xFFFF) == 0x8000) & (((w >> 16) & 1) == 0)
         if ulps:
             apart = np.abs(g.astype(np.int64) - w.astype(np.int64))
@@ -262,7 +262,7 @@ def _fit_side_by_side(jit_compile, epochs=2, make_optimizer=lambda: keras.optimi
         models.append(model)
     assert len(histories[0]) == len(histories[1]) == 4 * epochs
     compared = 0
-    for want, got in zip(*histories):
+    for want, got in zip(*histories, strict=True):
         compared += 1
         if _assert_equal_up_to_ties(want, got):
             break
@@ -288,7 +288,9 @@ def test_fit_ends_with_the_ema_of_the_masters_as_with_fp32_masters():
         make_optimizer=lambda: keras.optimizers.AdamW(1e-2, use_ema=True, ema_momentum=0.5))
     assert compared == 8
     final = mp.get_master_weights(models[1])
-    assert all(a.tobytes() != b.tobytes() for a, b in zip(final, last_batch))  # EMA applied
+    assert len(final) == len(last_batch) > 0
+    # EMA applied
+    assert all(a.tobytes() != b.tobytes() for a, b in zip(final, last_batch, strict=True))
     assert _assert_equal_up_to_ties(mp.get_master_weights(models[0]), final) == 0
     for pair in _pairs.pairs_of(models[1].weights):
         assert int(tf.size(pair.master_variable)) == 0
@@ -306,7 +308,7 @@ def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
         assert kept.tobytes() == pair.master_value().numpy().tobytes()
     new = [w + np.float32(1e-3) for w in mp.get_master_weights(models[1])]
     mp.set_master_weights(models[1], new)
-    for pair, want in zip(_pairs.pairs_of(models[1].weights), new):
+    for pair, want in zip(_pairs.pairs_of(models[1].weights), new, strict=True):
         assert _pairs.components(pair.master_variable)[0].numpy().tobytes() == want.tobytes()
     x, y = _data(64)
     models[1].fit(x, y, batch_size=16, epochs=1, verbose=0)  # the compiled step still runs
@@ -344,7 +346,7 @@ def _perturbed(master):
 def _same(model, want):
     got = mp.get_master_weights(model)
     assert len(got) == len(want) > 0
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.tobytes() == w.tobytes()
     for v in model.weights:
         pair = _pairs.pair_of(v)
@@ -365,7 +367,7 @@ def test_set_master_weights_is_exact_and_a_tie_moves_one_ulp_toward_its_copy():
     assert got[0].view(np.uint32)[0, 1] == 0x3F818000
     assert model.weights[0].numpy()[0, 0] == 1.0
     got[0].view(np.uint32)[0, 0] = 0x3F808000
-    for g, w in zip(got, arrays):
+    for g, w in zip(got, arrays, strict=True):
         assert g.tobytes() == w.tobytes()
 
 
@@ -405,7 +407,7 @@ def test_tf_train_checkpoint_round_trips_and_crosses_to_the_fp32_master_scope(tm
 
 
 def _same_masters(model, want):
-    for g, w in zip(mp.get_master_weights(model), want):
+    for g, w in zip(mp.get_master_weights(model), want, strict=True):
         assert g.tobytes() == w.tobytes()
 
 
@@ -482,7 +484,7 @@ def test_a_caffe2_model_converted_in_a_split_scope_loads_exactly_and_trains():
             models[master] = to_keras(folder / "char_rnn_predict_net.pb",
                                       folder / "char_rnn_init_net.pb", shapes)
     for a, b in zip(mp.get_master_weights(models["fp32"]),
-                    mp.get_master_weights(models["split"])):
+                    mp.get_master_weights(models["split"]), strict=True):
         assert a.tobytes() == b.tobytes()  # Caffe2's fp32 values, exactly, in both
     feed = [ref[f"input/{n}"] for n in names]
     for model in models.values():
@@ -493,7 +495,7 @@ def test_a_caffe2_model_converted_in_a_split_scope_loads_exactly_and_trains():
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(tf.cast(model(feed)[3], tf.float32) ** 2)
             grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return loss
 
         losses = [float(step()) for _ in range(3)]

@@ -108,7 +108,7 @@ def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only(mp):
         assert v.dtype == "bfloat16" and list(info.blob_copy) == ["int16"]
         assert info.blob_copy[np.int16].name == info.name + "_rem"
         assert not internals.is_initialized(_jax_pairs.pair_of(v).master)  # no fp32 value
-    for a, b in zip(mp.get_master_weights(split), mp.get_master_weights(fp32)):
+    for a, b in zip(mp.get_master_weights(split), mp.get_master_weights(fp32), strict=True):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
     n = sum(int(np.prod(v.shape)) for v in split.weights)
     stored = sum(_np(v).nbytes for p in _jax_pairs.pairs_of(split.weights) for _, v in p.stored())
@@ -126,7 +126,7 @@ def _assert_equal_up_to_ties(want, got):
     """``got`` (split masters) == ``want`` (fp32-master ones) bit for bit, ties 1 ulp toward
     their copy; returns the number of ties."""
     ties = 0
-    for w, g in zip(want, got):
+    for w, g in zip(want, got, strict=True):
         w, g = w.view(np.uint32), g.view(np.uint32)
         tie = ((w & 0xFFFF) == 0x8000) & (((w >> 16) & 1) == 0)
         np.testing.assert_array_equal(g[~tie], w[~tie])
@@ -166,7 +166,7 @@ def train_side_by_side(mp, make_optimizer, context, steps=4):
     x, y = _data()
     models = _model(mp, "fp32"), _model(mp, "split")
     optimizers = [mp.MasterWeightOptimizer(make_optimizer()) for _ in models]
-    for model, optimizer in zip(models, optimizers):
+    for model, optimizer in zip(models, optimizers, strict=True):
         model.compile(optimizer=optimizer, loss="mse")
     ties = updates = 0
     if context == "fit_once":
@@ -174,7 +174,7 @@ def train_side_by_side(mp, make_optimizer, context, steps=4):
             model.fit(x, y, batch_size=len(x), epochs=steps, verbose=0, shuffle=False)
         steps = 1
     for _ in range(steps):
-        for model, optimizer in zip(models, optimizers):
+        for model, optimizer in zip(models, optimizers, strict=True):
             if context == "fit_once":
                 pass
             elif context == "fit":
@@ -184,7 +184,7 @@ def train_side_by_side(mp, make_optimizer, context, steps=4):
         want, got = mp.get_master_weights(models[0]), mp.get_master_weights(models[1])
         ties += _assert_equal_up_to_ties(want, got)
         updates += sum(w.size for w in want) * (4 if context == "fit_once" else 1)
-        for a, b in zip(models[0].weights, models[1].weights):  # the same copies
+        for a, b in zip(models[0].weights, models[1].weights, strict=True):  # the same copies
             assert _np(a).tobytes() == _np(b).tobytes()
         if ties:
             mp.set_master_weights(models[0], got)
@@ -220,7 +220,7 @@ def test_an_eager_step_with_an_overflow_changes_no_master(mp):
     grads = [np.full(v.shape, np.inf if i == 0 else 1.0, np.float32).astype(ml_dtypes.bfloat16)
              for i, v in enumerate(model.trainable_variables)]
     opt.apply(grads)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(mp.get_master_weights(model), before))
+    _same_masters(model, before, mp)
     assert float(_np(opt.dynamic_scale)) == 2.0**14
     grads[0] = np.ones(grads[0].shape, ml_dtypes.bfloat16)
     opt.apply(grads)
@@ -244,7 +244,8 @@ def test_set_master_weights_is_exact_and_a_tie_moves_one_ulp_toward_its_copy(mp)
     assert got[0].view(np.uint32)[0, 1] == 0x3F818000
     assert float(_np(model.weights[0])[0, 0]) == 1.0
     got[0].view(np.uint32)[0, 0] = 0x3F808000
-    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, arrays))
+    assert len(got) == len(arrays) > 0
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, arrays, strict=True))
     layer = model.layers[0]
     layer.kernel.assign_add(np.full(layer.kernel.shape, 1e-4, np.float32))
     np.testing.assert_array_equal(mp.get_master_weights(model)[0][1:], arrays[0][1:] + 1e-4)
@@ -266,7 +267,7 @@ def _perturbed(mp):
 def _same_masters(model, want, mp):
     got = mp.get_master_weights(model)
     assert len(got) == len(want) > 0
-    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
 
 
 def _datasets(path):
@@ -337,7 +338,8 @@ def test_bfloat16_optimizer_state_for_masters_only_and_its_bad_values(mp):
     model.compile(optimizer=opt, loss="mse")
     before = mp.get_master_weights(model)
     model.fit(x, y, batch_size=24, epochs=1, verbose=0, shuffle=False)  # 2 steps: 1 update
-    assert any(a.tobytes() != b.tobytes() for a, b in zip(mp.get_master_weights(model), before))
+    assert any(a.tobytes() != b.tobytes()
+               for a, b in zip(mp.get_master_weights(model), before, strict=True))
     restored = mp.MasterWeightOptimizer.from_config(opt.get_config())
     assert restored.state_dtype == "bfloat16"
     with pytest.raises(ValueError, match=r"Argument `state_dtype` must be None, 'float32' or "
@@ -407,7 +409,8 @@ with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
 other.load_weights(folder + "/m.weights.h5")
 for model in (loaded, other):
     got = mp.get_master_weights(model)
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want)), "masters differ"
+    assert len(got) == len(want) > 0, (len(got), len(want))
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True)), "masters differ"
     assert model.layers[0].kernel.dtype == "bfloat16"
 print("ok", keras.backend.backend())
 """
