@@ -5,7 +5,7 @@ initializer family with the Caffe2 fill replay, then the packages (``tfinit.mixe
 and the Caffe2 conversion of ``tfinit.caffe2``) and what uses them. A package is one layer:
 inside it, its private modules have layers of their own (lowest first) and the package
 module sits on top. A module outside a package imports it through its package module only
-(``tfinit.mixed_precision``, never ``tfinit.mixed_precision.common.pair_kinds``). Each
+(``tfinit.mixed_precision``, never ``tfinit.mixed_precision._common.pair_kinds``). Each
 module's imports (also those inside functions) are read from its source.
 """
 
@@ -64,24 +64,24 @@ LAYERS = [
             # weight files seen through conversions; what replica_mismatches reports; the
             # layouts of masters sharded over a mesh axis (shard_over, JAX); what JAX and
             # torch each do their own way (the same names in both)
-            ["common", "tensorflow", "keras_variables", "common.backend_choice",
-             "common.pair_kinds", "common.scope_stack", "common.weight_files",
-             "common.replica_report", "common.shard_layouts", "keras_variables.jax",
-             "keras_variables.torch"],
+            ["_common", "_tensorflow", "_keras_variables", "_common.backend_choice",
+             "_common.pair_kinds", "_common.scope_stack", "_common.weight_files",
+             "_common.replica_report", "_common.shard_layouts", "_keras_variables.jax",
+             "_keras_variables.torch"],
             # the layers' dtype policy; what both backends' MasterWeightOptimizer shares;
             # JAX's or torch's differences, as the backend choice says
-            ["common.pair_policy", "common.optimizer_core", "keras_variables.active"],
+            ["_common.pair_policy", "_common.optimizer_core", "_keras_variables.active"],
             # what both scopes set on the layers and models they construct or load;
             # TensorFlow's pair records; JAX/torch: the Keras variables of a pair, what
             # weight files store
-            ["common.scope_hooks", "tensorflow.pair_records", "keras_variables.paired_variables",
-             "keras_variables.save_hooks"],
+            ["_common.scope_hooks", "_tensorflow.pair_records", "_keras_variables.paired_variables",
+             "_keras_variables.save_hooks"],
             # TensorFlow: what save formats store, the Keras variables of a pair; JAX/torch:
             # the pair records, made from built layers (no variable creator)
-            ["tensorflow.save_hooks", "tensorflow.paired_variables",
-             "keras_variables.pair_records"],
-            ["tensorflow.optimizer", "keras_variables.optimizer"],  # each backend's step
-            ["tensorflow.scope", "keras_variables.scope"],  # each backend's scope
+            ["_tensorflow.save_hooks", "_tensorflow.paired_variables",
+             "_keras_variables.pair_records"],
+            ["_tensorflow.optimizer", "_keras_variables.optimizer"],  # each backend's step
+            ["_tensorflow.scope", "_keras_variables.scope"],  # each backend's scope
             ["_chosen_backend"],  # the chosen backend's scope, optimizer and pair functions
             ["_master_weights", "_replicas"],  # the public functions over pairs (one path)
             ["_callbacks"],  # EarlyStopping reads the masters through _master_weights
@@ -217,11 +217,11 @@ def test_packages_are_imported_through_their_package_module(name):
     importer = _module(name)
     for imported in tfinit_imports(name):
         pkg = _package_of(imported)
-        # a public module of a package: a direct child without a leading underscore
-        # (tfinit.fills.registry); a package's subfolders (mixed_precision's common/,
-        # tensorflow/, keras_variables/) are its own
+        # a public module of a package: no part of its name after the package's starts with
+        # an underscore (tfinit.fills.registry; mixed_precision's _common/, _tensorflow/,
+        # _keras_variables/ are private folders)
         inner = imported.removeprefix(f"{pkg}.").split(".")
-        public = imported == pkg or (len(inner) == 1 and not inner[0].startswith("_"))
+        public = imported == pkg or not any(part.startswith("_") for part in inner)
         if pkg is None or public or pkg == _package_of(importer):
             continue
         assert (importer, imported) in THROUGH_PRIVATE, (
@@ -253,11 +253,11 @@ def test_every_module_stays_under_600_lines():
 
 
 def test_mixed_precision_keeps_each_backend_in_its_folder():
-    """TensorFlow only in tfinit.mixed_precision's tensorflow/ (imported or asked for);
-    no branch on torch but where the backend is chosen (its differences: keras_variables/torch.py),
+    """TensorFlow only in tfinit.mixed_precision's _tensorflow/ (imported or asked for);
+    no branch on torch but where the backend is chosen (its differences: _keras_variables/torch.py),
     none in a module named for JAX."""
     for name in ALL:
-        if not name.startswith("mixed_precision") or name.startswith("mixed_precision.tensorflow"):
+        if not name.startswith("mixed_precision") or name.startswith("mixed_precision._tensorflow"):
             continue
         source = _module_path(name).read_text()
         for node in ast.walk(ast.parse(source)):
@@ -266,4 +266,4 @@ def test_mixed_precision_keeps_each_backend_in_its_folder():
             assert not [m for m in modules if m.split(".")[0] == "tensorflow"], name
         assert "_backend.tensorflow(" not in source, name
         assert '"torch"' not in source or name.endswith((".active", ".backend_choice")), name
-    assert "torch" not in (REPO / "tfinit/mixed_precision/keras_variables/jax.py").read_text()
+    assert "torch" not in (REPO / "tfinit/mixed_precision/_keras_variables/jax.py").read_text()

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tfinit
 from tfinit import distribute as tfd
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision.tensorflow import pair_records as _pairs
+from tfinit.mixed_precision._tensorflow import pair_records as _pairs
 
 # Two logical CPUs, configured before anything runs on the TensorFlow runtime (importing
 # Keras and tfinit does not start it).

@@ -27,7 +27,7 @@ import keras
 import numpy as np
 
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision.keras_variables import pair_records as _jax_pairs
+from tfinit.mixed_precision._keras_variables import pair_records as _jax_pairs
 
 SPECS = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
          ("reverse", "float16"), ("reverse", "bfloat16")]

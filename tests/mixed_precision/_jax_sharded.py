@@ -36,7 +36,7 @@ import numpy as np
 
 from tfinit import _keras_internals as internals
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision.keras_variables import pair_records as _jax_pairs
+from tfinit.mixed_precision._keras_variables import pair_records as _jax_pairs
 
 devices = jax.devices()
 assert len(devices) == 4, devices

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision.tensorflow import pair_records as _pairs
+from tfinit.mixed_precision._tensorflow import pair_records as _pairs
 
 MODES = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
          ("reverse", "float16"), ("reverse", "bfloat16")]

@@ -53,7 +53,7 @@ def _perturb(mp, model):
 
 
 def _assert_copies_synced(model):
-    from tfinit.mixed_precision.keras_variables import pair_records as _jax_pairs
+    from tfinit.mixed_precision._keras_variables import pair_records as _jax_pairs
 
     pairs = _jax_pairs.pairs_of(model.weights)
     assert len(pairs) == 4

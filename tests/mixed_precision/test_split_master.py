@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from tfinit._split_master import tensorflow as _split_master
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision.tensorflow import pair_records as _pairs
+from tfinit.mixed_precision._tensorflow import pair_records as _pairs
 
 SPLIT = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="split")
 FP32 = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="fp32")

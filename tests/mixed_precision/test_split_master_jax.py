@@ -100,7 +100,7 @@ def _model(mp, master, seed=7, units=(24, 5)):
 @jax_only
 def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only(mp):
     from tfinit import _keras_internals as internals
-    from tfinit.mixed_precision.keras_variables import pair_records as _jax_pairs
+    from tfinit.mixed_precision._keras_variables import pair_records as _jax_pairs
 
     split, fp32 = _model(mp, "split"), _model(mp, "fp32")
     for v in split.weights:
@@ -189,7 +189,7 @@ def train_side_by_side(mp, make_optimizer, context, steps=4):
         if ties:
             mp.set_master_weights(models[0], got)
     from tfinit import _keras_internals as internals
-    from tfinit.mixed_precision.keras_variables import pair_records as _jax_pairs
+    from tfinit.mixed_precision._keras_variables import pair_records as _jax_pairs
 
     assert not any(internals.is_initialized(p.master)  # no fp32 master between steps
                    for p in _jax_pairs.pairs_of(models[1].weights))

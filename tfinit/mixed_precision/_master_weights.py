@@ -2,7 +2,7 @@
 
 ``parameter_info``, ``sync_copies``, ``get_master_weights``, ``set_master_weights`` and
 ``save_weights`` ask only a variable's pair record
-(:mod:`~tfinit.mixed_precision.common.pair_kinds`): its master, copy and file value, whichever
+(:mod:`~tfinit.mixed_precision._common.pair_kinds`): its master, copy and file value, whichever
 kind it is, and the chosen backend's pair functions (``_chosen_backend``): ``tensorflow``'s
 on TensorFlow (``tf.Variable`` objects, ``tf.distribute``), ``keras_variables``' on JAX and
 torch, whose pairs are made from built layers (``pair_pending``).
@@ -11,9 +11,9 @@ torch, whose pairs are made from built layers (``pair_pending``).
 import keras
 import numpy as np
 
-from tfinit.mixed_precision.common import pair_kinds
+from tfinit.mixed_precision._common import pair_kinds
 from tfinit.mixed_precision import _chosen_backend
-from tfinit.mixed_precision.common import weight_files
+from tfinit.mixed_precision._common import weight_files
 
 
 def _pairs_in(target, who):

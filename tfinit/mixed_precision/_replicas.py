@@ -6,9 +6,9 @@ layout (``DataParallel``) each device holds a whole replica of it. A value laid 
 (``ModelParallel``'s sharded weights) has no replicas to compare: it is read whole, as one.
 """
 
-from tfinit.mixed_precision.common import pair_kinds
+from tfinit.mixed_precision._common import pair_kinds
 from tfinit.mixed_precision import _chosen_backend
-from tfinit.mixed_precision.common import replica_report
+from tfinit.mixed_precision._common import replica_report
 
 
 def replica_mismatches(model_or_variables):

@@ -3,7 +3,7 @@ pseudo_fp16 masters (fp32), in the layout TensorFlow's tfinit writes (``tensorfl
 module of this name installs the same hook there, with checkpoints')."""
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision.common import pair_kinds, weight_files
+from tfinit.mixed_precision._common import pair_kinds, weight_files
 
 
 def install_layer_hooks(layer):

@@ -2,7 +2,7 @@
 
 A pair is made once, from the layer's own trainable float32 variables, by
 :func:`pair_pending`; its kind was decided by
-:func:`~tfinit.mixed_precision.common.pair_kinds.pair_class` from the scope's
+:func:`~tfinit.mixed_precision._common.pair_kinds.pair_class` from the scope's
 :class:`~tfinit._precision.PairSpec`, and its record (a ``ParameterInfo``) sits on the Keras
 variable:
 
@@ -34,10 +34,10 @@ from keras import ops
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
 from tfinit._split_master import jax as jax_split
-from tfinit.mixed_precision.common import pair_kinds, pair_policy, shard_layouts, weight_files
-from tfinit.mixed_precision.common.pair_kinds import (PairRecord, PseudoFP16Roles,
+from tfinit.mixed_precision._common import pair_kinds, pair_policy, shard_layouts, weight_files
+from tfinit.mixed_precision._common.pair_kinds import (PairRecord, PseudoFP16Roles,
                                                        ReverseRoles, SplitRoles, pair_class)
-from tfinit.mixed_precision.keras_variables import active, paired_variables, save_hooks
+from tfinit.mixed_precision._keras_variables import active, paired_variables, save_hooks
 
 
 class Pair(PairRecord):

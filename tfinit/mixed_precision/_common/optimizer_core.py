@@ -19,7 +19,7 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision.common import scope_stack, shard_layouts
+from tfinit.mixed_precision._common import scope_stack, shard_layouts
 
 #: Keras's ``LossScaleOptimizer`` constants: the first scale, finite steps between doublings
 INITIAL_SCALE = 2.0**15

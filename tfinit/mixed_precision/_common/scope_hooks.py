@@ -13,8 +13,8 @@ import inspect
 import keras
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision.common import pair_policy
-from tfinit.mixed_precision.common import scope_stack
+from tfinit.mixed_precision._common import pair_policy
+from tfinit.mixed_precision._common import scope_stack
 
 
 @contextlib.contextmanager

@@ -16,10 +16,10 @@ import keras
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
-from tfinit.mixed_precision.common import scope_hooks, scope_stack
-from tfinit.mixed_precision.common.pair_policy import PairPolicy
-from tfinit.mixed_precision.keras_variables import active, pair_records, paired_variables
-from tfinit.mixed_precision.keras_variables.optimizer import MasterWeightOptimizer
+from tfinit.mixed_precision._common import scope_hooks, scope_stack
+from tfinit.mixed_precision._common.pair_policy import PairPolicy
+from tfinit.mixed_precision._keras_variables import active, pair_records, paired_variables
+from tfinit.mixed_precision._keras_variables.optimizer import MasterWeightOptimizer
 
 _WHO = "tfinit.mixed_precision.scope"
 

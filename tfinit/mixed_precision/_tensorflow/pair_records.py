@@ -3,8 +3,8 @@
 A paired variable is the backend ``tf.Variable`` (or distributed variable) that Keras or user
 code holds. The one thing tfinit attaches to it is its pair record, whose kind (pseudo_fp16,
 reverse, split) was decided once when the pair was made (:func:`make_pair`, through
-:func:`~tfinit.mixed_precision.common.pair_kinds.pair_class`); the roles of its two variables are
-the backend-neutral ones of :mod:`~tfinit.mixed_precision.common.pair_kinds`:
+:func:`~tfinit.mixed_precision._common.pair_kinds.pair_class`); the roles of its two variables are
+the backend-neutral ones of :mod:`~tfinit.mixed_precision._common.pair_kinds`:
 
 - :class:`PseudoFP16Pair`: ``param`` is the 16-bit variable, ``blob_copy[tf.float32]`` the
   master (Caffe2's PseudoFP16Initializer).
@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from tfinit import _keras_internals as internals
 from tfinit._split_master import tensorflow as tf_split
-from tfinit.mixed_precision.common import pair_kinds
-from tfinit.mixed_precision.common import weight_files
-from tfinit.mixed_precision.common.pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
+from tfinit.mixed_precision._common import pair_kinds
+from tfinit.mixed_precision._common import weight_files
+from tfinit.mixed_precision._common.pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
                                                 SplitRoles, pair_class)
 
 backend_variable = internals.backend_variable

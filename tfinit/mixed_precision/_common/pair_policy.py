@@ -23,7 +23,7 @@ import keras
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import Mode, PairSpec, pair_spec
-from tfinit.mixed_precision.common import backend_choice, scope_stack
+from tfinit.mixed_precision._common import backend_choice, scope_stack
 
 NORMALIZATION_LAYERS = tuple(
     getattr(keras.layers, name)

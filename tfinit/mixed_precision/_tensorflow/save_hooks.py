@@ -18,8 +18,8 @@ import numpy as np
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, dtype_name
-from tfinit.mixed_precision.tensorflow import pair_records
-from tfinit.mixed_precision.common.weight_files import StoreView
+from tfinit.mixed_precision._tensorflow import pair_records
+from tfinit.mixed_precision._common.weight_files import StoreView
 
 
 def install_variable_hooks(tf_var):

@@ -48,9 +48,9 @@ from keras import ops
 from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES
-from tfinit.mixed_precision.common.optimizer_core import (AUTO, FP32_STATE,
+from tfinit.mixed_precision._common.optimizer_core import (AUTO, FP32_STATE,
                                                         MasterWeightOptimizerBase)
-from tfinit.mixed_precision.tensorflow import pair_records, paired_variables
+from tfinit.mixed_precision._tensorflow import pair_records, paired_variables
 
 
 def _map_values(grad, fn):

@@ -28,10 +28,10 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import pair_spec
 from tfinit.initializers import create_pair
 from tfinit.parameter_info import without_output_index
-from tfinit.mixed_precision.common import pair_kinds, scope_hooks, scope_stack
-from tfinit.mixed_precision.common.pair_policy import PairPolicy
-from tfinit.mixed_precision.tensorflow import pair_records, paired_variables, save_hooks
-from tfinit.mixed_precision.tensorflow.optimizer import MasterWeightOptimizer
+from tfinit.mixed_precision._common import pair_kinds, scope_hooks, scope_stack
+from tfinit.mixed_precision._common.pair_policy import PairPolicy
+from tfinit.mixed_precision._tensorflow import pair_records, paired_variables, save_hooks
+from tfinit.mixed_precision._tensorflow.optimizer import MasterWeightOptimizer
 
 active_scope = scope_stack.active
 

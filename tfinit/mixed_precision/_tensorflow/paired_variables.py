@@ -31,9 +31,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision.common import pair_kinds
-from tfinit.mixed_precision.tensorflow import pair_records
-from tfinit.mixed_precision.common import scope_stack
+from tfinit.mixed_precision._common import pair_kinds
+from tfinit.mixed_precision._tensorflow import pair_records
+from tfinit.mixed_precision._common import scope_stack
 from tfinit.parameter_info import without_output_index
 
 

@@ -24,9 +24,9 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision.common import shard_layouts
-from tfinit.mixed_precision.common.optimizer_core import FP32_STATE, MasterWeightOptimizerBase
-from tfinit.mixed_precision.keras_variables import pair_records, paired_variables
+from tfinit.mixed_precision._common import shard_layouts
+from tfinit.mixed_precision._common.optimizer_core import FP32_STATE, MasterWeightOptimizerBase
+from tfinit.mixed_precision._keras_variables import pair_records, paired_variables
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
