@@ -17,6 +17,33 @@ MODES = ("pseudo_fp16", "reverse")
 DTYPES = ("float16", "bfloat16")
 SPECS = [(mode, dtype) for mode in MODES for dtype in DTYPES]
 NP16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def pairwise(*factors):
+    """The cases ``(mode, dtype, *values)`` that run every pair of values of any two factors
+    (mode, dtype and ``factors``), in far fewer cases than their full product.
+
+    One factor: each value under two specs that differ in mode and in dtype (the values at
+    even positions under pseudo_fp16-float16 and reverse-bfloat16, the others under
+    pseudo_fp16-bfloat16 and reverse-float16): half the product. Two factors of three or
+    more values: each pair of their values once, under ``SPECS[(i + j) % 4]``, so each value
+    meets three or four consecutive specs, both modes and both dtypes among them: a quarter
+    of the product. The coverage is checked here, so a change of the lists cannot lose a pair.
+    """
+    if len(factors) == 1:
+        cases = [(*SPECS[s], value) for i, value in enumerate(factors[0])
+                 for s in ((0, 3), (1, 2))[i % 2]]
+    else:
+        first, second = factors
+        cases = [(*SPECS[(i + j) % len(SPECS)], a, b)
+                 for i, a in enumerate(first) for j, b in enumerate(second)]
+    axes = [MODES, DTYPES, *factors]
+    for x in range(len(axes)):
+        for y in range(x + 1, len(axes)):
+            seen = {(case[x], case[y]) for case in cases}
+            missing = [(a, b) for a in axes[x] for b in axes[y] if (a, b) not in seen]
+            assert not missing, f"pairwise cases miss {missing}"
+    return cases
 BATCH = 8
 
 
