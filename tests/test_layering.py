@@ -58,16 +58,16 @@ LAYERS = [
     # the packages above the initializers, peers: neither imports the other
     [
         package("mixed_precision", [
-            # the folders (common: every backend; tensorflow; keras_variables: JAX and
+            # the folders (_common: every backend; _tensorflow; _keras_variables: JAX and
             # torch), package modules without code but TensorFlow's backend check; the one
             # backend choice; the pair kinds' roles and the pairing rule; the active scopes;
-            # weight files seen through conversions; what replica_mismatches reports; the
-            # layouts of masters sharded over a mesh axis (shard_over, JAX); what JAX and
-            # torch each do their own way (the same names in both)
+            # weight files seen through conversions; what replica_mismatches reports; what
+            # JAX and torch each do their own way (the same names in both)
             ["_common", "_tensorflow", "_keras_variables", "_common.backend_choice",
              "_common.pair_kinds", "_common.scope_stack", "_common.weight_files",
-             "_common.replica_report", "_common.shard_layouts", "_keras_variables.jax",
-             "_keras_variables.torch"],
+             "_common.replica_report", "_keras_variables.jax", "_keras_variables.torch"],
+            # the layouts of masters sharded over a mesh axis (shard_over, JAX)
+            ["_common.shard_layouts"],
             # the layers' dtype policy; what both backends' MasterWeightOptimizer shares;
             # JAX's or torch's differences, as the backend choice says
             ["_common.pair_policy", "_common.optimizer_core", "_keras_variables.active"],

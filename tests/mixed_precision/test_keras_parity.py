@@ -124,10 +124,12 @@ FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-@spec_matrix
+@pytest.mark.parametrize("mode, dtype, family", [
+    pytest.param(*case, id="-".join(case)) for case in P.pairwise(sorted(FAMILIES))])
 def test_layer_family_fit_masters_equal_keras_mixed(family, mode, dtype):
-    """Three Adam steps with fit: masters equal Keras mixed's fp32 weights bit for bit."""
+    """Three Adam steps with fit: masters equal Keras mixed's fp32 weights bit for bit.
+
+    Pairwise (``P.pairwise``): each layer family under both modes and both dtypes."""
     factory, x_shape, x_int = FAMILIES[family]
     ref, model = P.twins(factory, mode, dtype)
     before = ref.get_weights()

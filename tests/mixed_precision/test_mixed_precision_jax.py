@@ -335,8 +335,9 @@ def _tensorflow_installed():
 
 @pytest.mark.slow
 @pytest.mark.tensorflow_only
-@pytest.mark.parametrize("writer, reader", [("tensorflow", "jax"), ("jax", "tensorflow")])
-@pytest.mark.parametrize("mode, dtype", [("pseudo_fp16", "float16"), ("reverse", "bfloat16")])
+# each direction once, each mode and each dtype once (a subprocess per backend: 20 s a case)
+@pytest.mark.parametrize("writer, reader, mode, dtype", [
+    ("tensorflow", "jax", "pseudo_fp16", "float16"), ("jax", "tensorflow", "reverse", "bfloat16")])
 def test_a_file_written_on_one_backend_loads_exactly_on_the_other(tmp_path, writer, reader,
                                                                   mode, dtype):
     assert _tensorflow_installed()

@@ -1,4 +1,4 @@
-"""The chosen backend's modules (``common.backend_choice``): its ``scope``, its
+"""The chosen backend's modules (``_common.backend_choice``): its ``scope``, its
 ``MasterWeightOptimizer`` and the pair functions the public functions over pairs use.
 
 Each backend folder's ``pair_records`` gives the same five functions over its variables:

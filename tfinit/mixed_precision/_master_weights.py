@@ -3,8 +3,8 @@
 ``parameter_info``, ``sync_copies``, ``get_master_weights``, ``set_master_weights`` and
 ``save_weights`` ask only a variable's pair record
 (:mod:`~tfinit.mixed_precision._common.pair_kinds`): its master, copy and file value, whichever
-kind it is, and the chosen backend's pair functions (``_chosen_backend``): ``tensorflow``'s
-on TensorFlow (``tf.Variable`` objects, ``tf.distribute``), ``keras_variables``' on JAX and
+kind it is, and the chosen backend's pair functions (``_chosen_backend``): ``_tensorflow``'s
+on TensorFlow (``tf.Variable`` objects, ``tf.distribute``), ``_keras_variables``' on JAX and
 torch, whose pairs are made from built layers (``pair_pending``).
 """
 

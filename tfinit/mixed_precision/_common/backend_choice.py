@@ -2,8 +2,8 @@
 that asks. Every module whose code or imports differ by backend reads it here.
 
 - ``KERAS_VARIABLES``: Keras's JAX or torch backend, whose pairs are made from built layers'
-  ``keras.Variable`` objects (the ``keras_variables`` folder); otherwise TensorFlow, whose
-  variable creator makes pairs as variables are created (the ``tensorflow`` folder).
+  ``keras.Variable`` objects (the ``_keras_variables`` folder); otherwise TensorFlow, whose
+  variable creator makes pairs as variables are created (the ``_tensorflow`` folder).
 - ``NAME``: the backend's name (``"tensorflow"``, ``"jax"``, ``"torch"``).
 """
 

@@ -23,6 +23,7 @@ import keras
 import numpy as np
 
 from tfinit import _keras_internals as internals
+from tfinit.mixed_precision._common import backend_choice
 
 _WHO = "MasterWeightOptimizer"
 
@@ -40,11 +41,11 @@ def check_shard_over(shard_over):
         raise ValueError(
             f"{_WHO}: Argument `shard_over` must be None or the name of an axis of the "
             f"keras.distribution device mesh (e.g. 'batch'). Received: shard_over={shard_over!r}")
-    if keras.backend.backend() != "jax":
+    if backend_choice.NAME != "jax":
         raise ValueError(
             f"{_WHO}: Argument `shard_over` (ZeRO-1: masters and optimizer state sharded "
             "over a keras.distribution mesh axis) works on Keras's JAX backend only. On "
-            f"{keras.backend.backend()} leave it None: tf.distribute's strategies (and torch's "
+            f"{backend_choice.NAME} leave it None: tf.distribute's strategies (and torch's "
             "Keras backend) keep a whole copy of the masters and optimizer state on every "
             "replica; sharding them there is not built in (use the JAX backend with "
             f"keras.distribution). Received: shard_over={shard_over!r}")
@@ -78,7 +79,7 @@ def shard_over_here(shard_over):
     if shard_over is None:
         return None
     distribution = (keras.distribution.distribution()
-                    if keras.backend.backend() == "jax" else None)
+                    if backend_choice.NAME == "jax" else None)
     if distribution is not None and shard_over in distribution.device_mesh.axis_names:
         return shard_over
     warnings.warn(

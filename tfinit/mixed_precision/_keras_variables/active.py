@@ -1,4 +1,4 @@
-"""The differences of the ``keras.Variable`` backend ``common.backend_choice`` chose: ``jax``'s
+"""The differences of the ``keras.Variable`` backend ``_common.backend_choice`` chose: ``jax``'s
 or ``torch``'s (the same names in both)."""
 
 from tfinit.mixed_precision._common import backend_choice
