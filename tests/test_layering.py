@@ -39,7 +39,7 @@ LAYERS = [
         "_init_net",
         # Caffe2's training pieces: LearningRate schedules, MomentumSGD (on every backend);
         # tfinit.caffe2 and tfinit.mixed_precision re-export them
-        package("_caffe2_training", [["learning_rate", "momentum_sgd"]]),
+        package("_caffe2_training", [["schedules", "momentum_sgd"]]),
         "caffe2._box_with_nms_limit",  # tfinit.caffe2._detection names it with the other four
         package("fills", [
             # exact casts; Caffe2's CPU streams in numpy; the op-name table
