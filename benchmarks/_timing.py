@@ -50,7 +50,7 @@ def compare(name, ours, baseline, repeats, warmup=1, others=None, self_timed=Fal
     median = {label: statistics.median(t) for label, t in times.items()}
 
     def ratios(label):
-        return [o / b for o, b in zip(times["ours"], times[label])]
+        return [o / b for o, b in zip(times["ours"], times[label], strict=True)]
 
     def paired_ratio(label):
         return round(statistics.median(ratios(label)), 3)

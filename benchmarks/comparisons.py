@@ -48,7 +48,7 @@ def unscaled_gradients(contender):
 
 
 def set_weights(contender, values):
-    for variable, value in zip(contender.model.trainable_variables, values):
+    for variable, value in zip(contender.model.trainable_variables, values, strict=True):
         variable.assign(value)
 
 
@@ -68,10 +68,10 @@ def gradient_errors(kind, width, compute_dtype, batch):
     ref = unscaled_gradients(reference)
     out = {}
     for label, c in (("ours", ours), ("keras", keras_mixed)):
-        errors = [np.abs(g - r) for g, r in zip(unscaled_gradients(c), ref)]
+        errors = [np.abs(g - r) for g, r in zip(unscaled_gradients(c), ref, strict=True)]
         out[f"grad_max_abs_err_{label}"] = float(f"{max(e.max() for e in errors):.3g}")
         out[f"grad_max_rel_err_{label}"] = float(
-            f"{max(e.max() / np.abs(r).max() for e, r in zip(errors, ref)):.3g}")
+            f"{max(e.max() / np.abs(r).max() for e, r in zip(errors, ref, strict=True)):.3g}")
     return out
 
 

@@ -37,7 +37,7 @@ def run(mode, rows=ROWS):
         if result.returncode != 0:
             raise RuntimeError(f"benchmarks.distribute failed:\n{result.stderr[-3000:]}")
         measured = json.loads(result.stdout.strip().splitlines()[-1])
-        _MEASURED.update({(mode, key): row for key, row in zip(missing, measured)})
+        _MEASURED.update({(mode, key): row for key, row in zip(missing, measured, strict=True)})
     return [dict(_MEASURED[(mode, key)]) for key in rows]
 
 

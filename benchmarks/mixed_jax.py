@@ -198,7 +198,7 @@ def _persistent_bytes(groups, params):
 
 
 def _ratio(times, label, base):
-    ratios = [a / b for a, b in zip(times[label], times[base])]
+    ratios = [a / b for a, b in zip(times[label], times[base], strict=True)]
     low, high = median_ci95(ratios)
     return round(statistics.median(ratios), 3), [round(low, 3), round(high, 3)]
 

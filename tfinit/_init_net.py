@@ -105,5 +105,5 @@ def track(init_net, info):
     names = [variable_name(v) for v in info.variables]
     check_names_free(init_net, names)
     store = _store(init_net, create=True)
-    for name, variable in zip(names, info.variables):
+    for name, variable in zip(names, info.variables, strict=True):
         store[name] = variable

@@ -57,7 +57,7 @@ def keras_variable_in_creation(initial_value):
     code = getattr(initial_value, "__code__", None)
     if code is not None and "_initialize_with_initializer" in getattr(
             initial_value, "__qualname__", ""):
-        cells = dict(zip(code.co_freevars, initial_value.__closure__ or ()))
+        cells = dict(zip(code.co_freevars, initial_value.__closure__ or (), strict=True))
         try:
             owner, initializer = (cells["self"].cell_contents,
                                   cells["initializer"].cell_contents)

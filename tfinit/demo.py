@@ -117,7 +117,7 @@ def _setups(compute_dtype, learning_rate, start):
             if master == "fp32":
                 return model, optimizer, [value_of(m) for m in others], others
             masters = [lambda c=info.param, r=rem: tf_split.join(c, r)
-                       for info, rem in zip(infos, others)]
+                       for info, rem in zip(infos, others, strict=True)]
             return model, optimizer, masters, others
         return setup
 
@@ -161,9 +161,9 @@ def train(name, setup, data, epochs, progbar):
         finite = tf.reduce_all(
             [tf.reduce_all(tf.math.is_finite(tf.cast(g, tf.float32))) for g in grads]
         )
-        optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply_gradients(zip(grads, variables, strict=True))
         lost, attempted = tf.constant(0, tf.int64), tf.constant(0, tf.int64)
-        for g, t, b in zip(grads, truth, before):
+        for g, t, b in zip(grads, truth, before, strict=True):
             nonzero = tf.not_equal(tf.cast(g, tf.float32), 0.0)
             unchanged = tf.equal(t(), b)
             lost += tf.math.count_nonzero(nonzero & unchanged)
@@ -212,8 +212,8 @@ def format_table(results):
         )
         for r in results
     ]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 

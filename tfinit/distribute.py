@@ -60,7 +60,7 @@ def train_step(strategy, model, optimizer, loss_fn, global_batch_size):
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
     @tf.function

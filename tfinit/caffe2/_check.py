@@ -295,7 +295,7 @@ def check_forward(predict_net, init_net, forward, input_format=None, rtol=1e-4, 
         outs = model(arrays if len(arrays) > 1 else arrays[0])
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     checks = []
-    for blob, out in zip(compared, outs):
+    for blob, out in zip(compared, outs, strict=True):
         role = b.roles.get(blob)
         actual = _time_major(np.asarray(out), role) if role else _to_layout(
             np.asarray(out), target, layout)

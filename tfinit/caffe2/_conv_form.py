@@ -52,10 +52,10 @@ def conv_form(size, channels, kernel, stride, dilation, pads):
     """The :class:`ConvForm` of a Conv on an input of ``size = (H, W)`` with ``channels``
     channels, Caffe2's ``kernel``, ``stride``, ``dilation`` and (t, l, b, r) ``pads``."""
     padded = (size[0] + pads[0] + pads[2], size[1] + pads[1] + pads[3])
-    span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
-    out = tuple((p - s) // st + 1 for p, s, st in zip(padded, span, stride))
+    span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
+    out = tuple((p - s) // st + 1 for p, s, st in zip(padded, span, stride, strict=True))
     if max(stride) > 1 and max(dilation) > 1:  # Keras refuses the pair: stride 1, then subsample
-        stride1 = tuple(p - s + 1 for p, s in zip(padded, span))
+        stride1 = tuple(p - s + 1 for p, s in zip(padded, span, strict=True))
         return ConvForm(tuple(pads), 0, (1, 1), tuple(stride), stride1)
     if onednn_pattern(channels, stride, out[1]):
         extra = padded[1] - span[1]  # columns past the one window

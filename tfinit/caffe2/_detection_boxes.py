@@ -39,11 +39,11 @@ def per_image(tf, count, fn, specs):
               for dtype, shape in specs]
 
     def body(i, *arrays):
-        return (i + 1, *[a.write(i, v) for a, v in zip(arrays, fn(i))])
+        return (i + 1, *[a.write(i, v) for a, v in zip(arrays, fn(i), strict=True)])
 
     _, *arrays = tf.while_loop(lambda i, *_: i < count, body, (tf.constant(0), *arrays))
     outs = []
-    for (dtype, shape), array in zip(specs, arrays):
+    for (dtype, shape), array in zip(specs, arrays, strict=True):
         empty = tf.zeros([0, *shape[1:]], dtype)
         outs.append(tf.cond(count > 0, lambda a=array: a.concat(), lambda e=empty: e))
     return outs

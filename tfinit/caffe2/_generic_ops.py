@@ -141,7 +141,10 @@ def _conv_transpose_window(op):
     adj = ints(op.args["adjs"], "adjs") if "adjs" in op.args else (
         [int_arg(op, "adj", 0)] * 2 if "adj" in op.args else
         [int_arg(op, "adj_h", 0), int_arg(op, "adj_w", 0)])
-    if any(a < 0 or a >= s for a, s in zip(adj, stride)):
+    if len(adj) != len(stride):  # only `adjs` can give another count
+        raise ValueError(f"ConvTranspose's argument `adjs` must hold {len(stride)} values, one "
+                         f"per spatial axis. Received: adjs={adj}")
+    if any(a < 0 or a >= s for a, s in zip(adj, stride, strict=True)):
         raise ValueError(f"ConvTranspose's adj {adj} must lie in [0, stride) per axis "
                          f"(stride {list(stride)})")
     if int_arg(op, "group", 1) != 1:

@@ -254,7 +254,8 @@ def _spatial_bn(b, op, x):
                              f"'{op.inputs[0]}' (its axis {1 if op_order(op) == NCHW else -1})")
         b.params[blob] = np.reshape(b.params[blob], (channels,))
     name = b.layer_name(op, blobs[0][:-2] + "_w" if blobs[0].endswith("_s") else op.outputs[0])
-    b.routes[name] = dict(zip(("gamma", "beta", "moving_mean", "moving_variance"), blobs))
+    b.routes[name] = dict(zip(("gamma", "beta", "moving_mean", "moving_variance"), blobs,
+                              strict=True))
     eps = float(op.args.get("epsilon", 1e-5))
     momentum = float(op.args.get("momentum", 0.9))  # Caffe2's default; Keras's is 0.99
     return keras.layers.BatchNormalization(axis=axis, epsilon=eps, momentum=momentum,

@@ -22,6 +22,31 @@ def _ints(op, name):
     return [] if value is None else ints(value, name)
 
 
+def _one_per_entry(**lists):
+    """The RecurrentNetwork arguments ``lists`` (``{name: values}``) entry by entry: Caffe2
+    enforces one entry per link (``link_*``) or alias (``alias_*``) in each of them."""
+    if len({len(values) for values in lists.values()}) > 1:
+        names = ", ".join(f"`{name}`" for name in lists)
+        given = ", ".join(f"{name}={values}" for name, values in lists.items())
+        raise ValueError(f"RecurrentNetwork's arguments {names} must be of one length, an "
+                         f"entry each per link or alias (Caffe2 refuses the net otherwise). "
+                         f"Received: {given}")
+    return zip(*lists.values(), strict=True)
+
+
+def _links(op):
+    """``{internal blob: external blob}`` of the op's links."""
+    return dict(_one_per_entry(link_internal=_strings(op, "link_internal"),
+                               link_external=_strings(op, "link_external")))
+
+
+def _aliases(op):
+    """``(src, dst, offset)`` of each of the op's aliases (which output is which state)."""
+    return _one_per_entry(alias_src=_strings(op, "alias_src"),
+                          alias_dst=_strings(op, "alias_dst"),
+                          alias_offset=_ints(op, "alias_offset"))
+
+
 def param_slots(op):
     """Indices of the RecurrentNetwork inputs that are parameters (the ``param`` arg)."""
     return set(_ints(op, "param"))
@@ -46,11 +71,11 @@ def io_blobs(op):
     """``(sequence, initial states, seq_lengths or None, {output: alias offset})``: the
     blobs a RecurrentNetwork reads and writes, by role (``to_keras(time_major=False)``)."""
     fc, add, _ = _step_ops(op)
-    links = dict(zip(_strings(op, "link_internal"), _strings(op, "link_external")))
+    links = _links(op)
     seq_internal = next((blob for blob in add.inputs if blob != fc.outputs[0]), None)
     states = [op.inputs[k] for k in _ints(op, "initial_recurrent_state_ids")
               if k < len(op.inputs)]
-    offsets = dict(zip(_strings(op, "alias_dst"), _ints(op, "alias_offset")))
+    offsets = {dst: offset for _, dst, offset in _aliases(op)}
     return links.get(seq_internal), states, lengths_input(op), offsets
 
 
@@ -68,7 +93,7 @@ def lstm(b, op, *_):
     """The RecurrentNetwork handler: a :class:`Caffe2LSTM` layer, outputs by alias."""
     fc, add, unit = _step_ops(op)
     h_prev, c_prev, gates = unit.inputs[:3]
-    links = dict(zip(_strings(op, "link_internal"), _strings(op, "link_external")))
+    links = _links(op)
     if fc.inputs[0] != h_prev or add.outputs[0] != gates or fc.outputs[0] not in add.inputs:
         raise Unsupported(f"RecurrentNetwork: the step net is not {_PATTERN}")
     seq_internal = next((blob for blob in add.inputs if blob != fc.outputs[0]), None)
@@ -79,7 +104,7 @@ def lstm(b, op, *_):
     if sequence not in op.inputs or len(states) != 2 or len(ids) != 2 or set(
             state_of.get(s) for s in states) != {"hidden", "cell"}:
         raise Unsupported(f"RecurrentNetwork links that do not match {_PATTERN}")
-    initial = {state_of[s]: op.inputs[k] for s, k in zip(states, ids)}
+    initial = {state_of[s]: op.inputs[k] for s, k in zip(states, ids, strict=True)}
     w_blob, w = b.param(fc, 1)
     bias_blob, _ = b.param(fc, 2)
     if w.ndim != 2 or w.shape[0] != 4 * w.shape[1]:
@@ -98,9 +123,8 @@ def lstm(b, op, *_):
     b.routes[name] = {"recurrent_kernel": w_blob, "bias": bias_blob}
     values = {("hidden", 1): hidden_all, ("hidden", -1): hidden_last,
               ("cell", 1): cell_all, ("cell", -1): cell_last}
-    aliases = zip(_strings(op, "alias_src"), _strings(op, "alias_dst"), _ints(op, "alias_offset"))
     outputs = {}
-    for src, dst, offset in aliases:
+    for src, dst, offset in _aliases(op):
         if (state_of.get(src), offset) not in values:
             raise Unsupported(f"RecurrentNetwork output '{dst}' (alias of {src} at offset "
                               f"{offset})")

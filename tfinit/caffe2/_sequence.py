@@ -95,9 +95,10 @@ def _recurrent_ops(net):
         if op.type == "RecurrentNetwork":
             try:
                 yield k, op, io_blobs(op)
-            except Unsupported as err:
+            except ValueError as err:  # Unsupported, or arguments Caffe2 refuses
+                what, end = ("unsupported ", ".") if isinstance(err, Unsupported) else ("", "")
                 raise ValueError(f"to_keras: op #{k} RecurrentNetwork -> {list(op.outputs[:1])}:"
-                                 f" unsupported {err}.") from None
+                                 f" {what}{err}{end}") from None
 
 
 def input_roles(net, data):

@@ -189,7 +189,9 @@ def _run_op(b, k, op):
         results = spec.build(b, op, *xs)
         if not isinstance(results, tuple):
             results = (results,)
-        for blob, tensor in zip(op.outputs, results):
+        # strict=False: a handler returns the outputs it converts, first; the op may name
+        # more (Dropout's mask, which the handler marks opaque: never a tensor).
+        for blob, tensor in zip(op.outputs, results, strict=False):
             if tensor is not None:
                 b.check_size(op, f"its output '{blob}'", tuple(tensor.shape),
                              keras.backend.standardize_dtype(tensor.dtype))
@@ -379,7 +381,7 @@ def model_of(b, net, outputs=None, verbose=0):
     if any(names.count(given) > 1 for given in names):  # a layer with several outputs
         results = [keras.layers.Identity(name=b.name(blob))(tensor)
                    if names.count(given) > 1 else tensor
-                   for blob, tensor, given in zip(outputs, results, names)]
+                   for blob, tensor, given in zip(outputs, results, names, strict=True)]
         model = _model(b, name, results)
     present = {layer.name for layer in model.layers}
     load_into_keras(model, b.params,

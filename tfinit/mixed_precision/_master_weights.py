@@ -200,7 +200,7 @@ def set_master_weights(model_or_layer, arrays):
             f"set_master_weights: Argument `arrays` must hold {len(variables)} arrays, one per "
             f"weight of {model_or_layer.name!r}. Received: {len(arrays)} arrays."
         )
-    for variable, array in zip(variables, arrays):
+    for variable, array in zip(variables, arrays, strict=True):
         array = np.asarray(array)
         if tuple(array.shape) != tuple(variable.shape):
             raise ValueError(

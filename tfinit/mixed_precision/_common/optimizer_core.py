@@ -198,6 +198,29 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
             self.dynamic_scale.assign(ops.multiply(self.dynamic_scale.value, 0.5))
             self.step_counter.assign(ops.zeros_like(self.step_counter.value))
 
+    def _check_one_each(self, method, argument, values, expected, each, empty_ok=False):
+        """Refuse the list ``argument`` of ``method`` unless it holds one entry per item of
+        ``expected`` (``each`` names one), or none with ``empty_ok`` (Keras's empty step):
+        the step would pair its entries with the wrong variables, or drop some."""
+        if len(values) != len(expected) and not (empty_ok and not values):
+            raise ValueError(
+                f"{_WHO}.{method}: Argument `{argument}` must hold one entry per {each} "
+                f"({len(expected)}). Received: {len(values)} entries.")
+
+    def _check_step_lists(self, method, built, grads, trainable_variables=None,
+                          optimizer_variables=None):
+        """JAX/torch: the lists of ``method`` (``apply``, ``stateless_apply``) refused unless
+        each holds one entry per variable the step pairs it with (``built``: the variables
+        this optimizer was built for; its own ``variables``); no ``grads`` is Keras's empty
+        step."""
+        each = "variable the optimizer was built for"
+        self._check_one_each(method, "grads", grads, built, each, empty_ok=True)
+        if trainable_variables is not None:
+            self._check_one_each(method, "trainable_variables", trainable_variables, built, each)
+        if optimizer_variables is not None:
+            self._check_one_each(method, "optimizer_variables", optimizer_variables,
+                                 self.variables, "variable of the optimizer (`variables`)")
+
     # -- building ----------------------------------------------------------------------
     def _update_targets(self, variables):
         """The variables the inner optimizer updates for ``variables`` (a paired one: its
@@ -236,7 +259,8 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         # Exclusions set on the inner optimizer before it was wrapped name the layer's
         # variables (pseudo_fp16: the copies); its updates go to the masters.
         internals.carry_weight_decay_exclusions(
-            self.inner_optimizer, [(v, t) for v, t in zip(var_list, targets) if v is not t])
+            self.inner_optimizer,
+            [(v, t) for v, t in zip(var_list, targets, strict=True) if v is not t])
         if self.state_dtype not in (None, MASTER_DTYPE):
             self._keep_state_in(self.state_dtype, pairs)
         self.inner_optimizer.build(targets)

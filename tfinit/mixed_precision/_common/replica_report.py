@@ -21,7 +21,10 @@ def mismatches(name, members, masters=None):
             problems.append(f"{name}: {role} differs between replicas")
     if masters is not None:
         copies = dict(members)["copy"]
-        for replica, (copy, master) in enumerate(zip(copies, masters)):
+        # strict=False: a master sharded over the devices (JAX's shard_over) is one whole
+        # value against the copy's replicas; replica 0 stands for them all, as every replica
+        # equals it (checked above).
+        for replica, (copy, master) in enumerate(zip(copies, masters, strict=False)):
             if master.astype(copy.dtype).tobytes() != copy.tobytes():
                 problems.append(f"{name}: copy != cast(master) on replica {replica}")
     return problems

@@ -114,7 +114,7 @@ def sharded_layout(layout, shape, mesh, axis):
     entries = _entries(layout, len(shape))
     if any(axis in _axes_of(entry) for entry in entries):
         return layout
-    sizes = dict(zip(mesh.axis_names, mesh.shape))
+    sizes = dict(zip(mesh.axis_names, mesh.shape, strict=True))
     whole = [i for i, entry in enumerate(entries) if entry is None]
     sharded = [i for i, entry in enumerate(entries) if entry is not None]
     for i in whole + sharded:

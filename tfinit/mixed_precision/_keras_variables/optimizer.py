@@ -151,8 +151,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             super().finalize_variable_values(var_list)
 
     def stateless_apply(self, optimizer_variables, grads, trainable_variables):
-        mapping = list(zip(self._built_variables, trainable_variables)) + list(
-            zip(self.variables, optimizer_variables))
+        self._check_step_lists("stateless_apply", self._built_variables, grads,
+                               trainable_variables, optimizer_variables)
+        mapping = list(zip(self._built_variables, trainable_variables, strict=True)) + list(
+            zip(self.variables, optimizer_variables, strict=True))
 
         def run(step):
             with keras.StatelessScope(state_mapping=mapping) as scope:
@@ -160,9 +162,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             trainable = [scope.get_current_value(v) for v in self._built_variables]
             state = [scope.get_current_value(v) for v in self.variables]
             return ([old if new is None else new
-                     for new, old in zip(trainable, trainable_variables)],
+                     for new, old in zip(trainable, trainable_variables, strict=True)],
                     [old if new is None else new
-                     for new, old in zip(state, optimizer_variables)])
+                     for new, old in zip(state, optimizer_variables, strict=True)])
 
         if self._resolve_scaling() is None:
             return run(lambda: self._step(grads, None))
@@ -178,6 +180,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
                 self.build(trainable_variables)
             self.built = True
         grads = list(grads)
+        self._check_step_lists("apply", self._built_variables, grads)
         if self._resolve_scaling() is None:
             return self._step(grads, None)
         pairs = pair_records.pairs_of(self._built_variables)
@@ -189,7 +192,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         skipped_scale = ops.multiply(self.dynamic_scale.value, 0.5 if self.dynamic else 1.0)
         self._finite_step(grads)
         finite = self.check_finite(grads)
-        for variable, before in zip(written, old):
+        for variable, before in zip(written, old, strict=True):
             paired_variables.raw_assign(variable, ops.where(finite, variable.value, before))
         self.dynamic_scale.assign(ops.where(finite, self.dynamic_scale.value, skipped_scale))
         counter = self.step_counter.value
@@ -203,7 +206,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
     def _step(self, grads, scale):
         """Unscale in fp32, update the masters with the inner optimizer, re-cast the copies."""
         unscaled = []
-        for grad, variable in zip(grads, self._built_variables):
+        # strict only when given: no gradients is Keras's empty step (nothing to pair)
+        for grad, variable in zip(grads, self._built_variables, strict=bool(grads)):
             if grad is not None:
                 grad = ops.cast(grad, MASTER_DTYPE)
                 if scale is not None and not paired_variables.overwrites_with_gradient(variable):

@@ -121,7 +121,12 @@ _STEP = threading.local()
 def step_values(variables, values):
     """Inside: the value of each of ``variables`` in the step being traced is ``values``'s."""
     previous = getattr(_STEP, "values", None)
-    _STEP.values = {id(v): value for v, value in zip(variables, values)}
+    if len(values) != len(variables):  # the only caller: the model's compute_loss_and_updates
+        raise ValueError(
+            "compute_loss_and_updates: Argument `optimizer_variables` must hold one value per "
+            f"variable of the model's optimizer ({len(variables)}). Received: {len(values)} "
+            "values.")
+    _STEP.values = {id(v): value for v, value in zip(variables, values, strict=True)}
     try:
         yield
     finally:

@@ -167,6 +167,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         grads, trainable_variables = list(grads), list(trainable_variables)
         if not grads:
             return
+        self._check_one_each("apply", "grads", grads, trainable_variables,
+                             "trainable variable")
         if not self.built:
             with tf.init_scope(), keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
@@ -216,7 +218,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             strategy = internals.optimizer_strategy(self.inner_optimizer)
             if strategy is None or strategy is tf.distribute.get_strategy():
                 return
-        for variable, target in zip(variables, targets):
+        for variable, target in zip(variables, targets, strict=True):
             held = pair_records.backend_variable(target)
             if not strategy.extended.variable_created_in_scope(held):
                 name = getattr(variable, "path", None) or variable.name
@@ -231,7 +233,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         scaling = self._resolve_scaling()
         scale = None if scaling is None else ops.convert_to_tensor(self.dynamic_scale)
         out = []
-        for grad, target in zip(grads, targets):
+        for grad, target in zip(grads, targets, strict=True):
             if grad is not None:
                 grad = _map_values(grad, lambda g: tf.cast(g, tf.float32)
                                    if g.dtype.name in COMPUTE_DTYPES else g)

@@ -246,7 +246,7 @@ _split = tf.function(tf_split.split, jit_compile=True, reduce_retracing=True)
 @tf.function(jit_compile=True, reduce_retracing=True)
 def _join_all(copies, remainders):
     # One compiled call for every pair of a model (a call per pair costs its launch).
-    return [tf_split.join(c, r) for c, r in zip(copies, remainders)]
+    return [tf_split.join(c, r) for c, r in zip(copies, remainders, strict=True)]
 
 
 @tf.function(jit_compile=True, reduce_retracing=True)
@@ -293,7 +293,7 @@ def keep_scratches(pairs):
             with tf.init_scope():
                 for scratch, copy, remainder in zip(components(_scratch(pair)),
                                                     components(pair.copy),
-                                                    components(pair.remainder)):
+                                                    components(pair.remainder), strict=True):
                     _open_split(scratch, copy, remainder)
             pair.scratch_kept = True
 
@@ -372,7 +372,7 @@ def open_masters(pairs):
     if _one_device(pairs):
         masters = _join_all([p.copy.read_value() for p in pairs],
                             [p.remainder.read_value() for p in pairs])
-        for pair, master in zip(pairs, masters):
+        for pair, master in zip(pairs, masters, strict=True):
             _scratch(pair).assign(master)
         return None
     return _run([(_scratch(pair), _open_split, (pair.copy, pair.remainder)) for pair in pairs])
@@ -386,7 +386,7 @@ def close_masters(pairs):
     emptied = [pair for pair in _split_pairs(pairs) if not pair.scratch_kept]
     if _one_device(emptied):
         halves = _split_all([_scratch(p).read_value() for p in emptied])
-        for pair, (copy, remainder) in zip(emptied, halves):
+        for pair, (copy, remainder) in zip(emptied, halves, strict=True):
             with tf.control_dependencies([pair.copy.assign(copy),
                                           pair.remainder.assign(remainder)]):
                 empty(_scratch(pair))
