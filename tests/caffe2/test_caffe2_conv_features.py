@@ -8,6 +8,7 @@ to a shape from the init net) and numpy re-computations of Caffe2's rules (caffe
 
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -408,3 +409,16 @@ def test_spatial_bn_trains_with_the_ops_momentum(momentum):
     np.testing.assert_allclose(np.asarray(bn.moving_mean),
                                expected_m * params["rm"] + (1 - expected_m) * batch_mean,
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("adjs", [[1], [1, 0, 1]])
+def test_conv_transpose_adjs_of_another_count_than_the_spatial_axes_is_refused(adjs):
+    """Caffe2's ConvTranspose takes one `adjs` entry per spatial axis: one entry used to raise
+    an IndexError deep in the conversion, three reached Keras's `output_padding`."""
+    w = np.zeros((3, 2, 2, 2), np.float32)  # (C_in, C_out, kh, kw)
+    predict = NetDef(ops=[Operator("ConvTranspose", ("X", "w"), ("Y",),
+                                   {"kernel": 2, "stride": 2, "adjs": adjs})],
+                     external_output=["Y"])
+    with pytest.raises(ValueError, match=r"ConvTranspose's argument `adjs` must hold 2 values"
+                                         rf".*Received: adjs={re.escape(str(adjs))}"):
+        to_keras(predict, {"w": w}, (3, 4, 4))

@@ -193,3 +193,20 @@ def test_what_has_no_batch_major_form_is_refused(char_rnn):
     with pytest.raises(ValueError, match=r"data input\(s\) \['bias_input'\] are "
                                          r"neither a RecurrentNetwork's sequence"):
         to_keras(changed, init, {**BATCH_MAJOR, "bias_input": (None, D)}, time_major=False)
+
+
+def test_recurrent_network_links_of_unequal_lengths_are_refused(char_rnn):
+    """Caffe2 refuses a RecurrentNetwork whose `link_internal` and `link_external` differ in
+    length; the converter did not look and paired the links it had."""
+    predict, init, _ = char_rnn
+    net = read_netdef(predict)
+    index = next(i for i, op in enumerate(net.ops) if op.type == "RecurrentNetwork")
+    op = net.ops[index]
+    args = {**op.args, "link_external": [*op.args["link_external"], "extra"]}
+    ops = list(net.ops)
+    ops[index] = Operator(op.type, op.inputs, op.outputs, args, op.name, op.engine)
+    changed = NetDef(ops=ops, external_input=net.external_input,
+                     external_output=net.external_output)
+    with pytest.raises(ValueError, match=r"RecurrentNetwork's arguments `link_internal`, "
+                                         r"`link_external` must be of one length"):
+        to_keras(changed, init, BATCH_MAJOR, time_major=False)

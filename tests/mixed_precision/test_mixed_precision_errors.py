@@ -107,3 +107,24 @@ def test_jax_mha_float16_on_cpu_raises_keras_error():
     model.compile(optimizer="adam", loss="mse")
     with pytest.raises(ValueError, match="F16_F16_F32"):
         model.fit(np.ones((2, 4, 8)), np.zeros((2, 4, 8)), verbose=0)
+
+
+@pytest.mark.parametrize("mode", ["pseudo_fp16", "reverse"])
+def test_apply_with_a_gradient_list_of_another_length_is_refused(mode, dtype_policy):
+    """``apply(grads, variables)`` with fewer gradients than variables: refused, naming
+    ``grads``, before anything moves (on JAX and torch it updated the first variables only)."""
+    from tfinit import mixed_precision as mp
+
+    model = _model(f"{mode}/float16/fp32", dtype_policy)
+    optimizer = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1))
+    variables = model.trainable_variables
+    optimizer.build(variables)
+    before = mp.get_master_weights(model)
+    grads = [keras.ops.ones(v.shape, v.dtype) for v in variables]
+    with pytest.raises(ValueError, match=r"Argument `grads` must hold one entry per .*"
+                                         rf"\({len(variables)}\)\. Received: 1 entries"):
+        optimizer.apply(grads[:1], variables)
+    after = mp.get_master_weights(model)
+    assert len(after) == len(before) == 4
+    for a, b in zip(after, before, strict=True):
+        np.testing.assert_array_equal(a, b)
