@@ -707,6 +707,48 @@ def test_compile_with_a_plain_optimizer_wraps_it(mode, dtype):
                                   _predictions_from_masters(model, dtype, x))
 
 
+def _on_batch_workflow(model, x, y, masters=None):
+    """``train_on_batch`` three times among the other per-batch calls, ``fit`` and
+    ``evaluate``, then once more; with ``masters`` (tfinit's model), reads of the masters and
+    a weights file between the calls. Returns the losses of the train_on_batch calls."""
+    b = [slice(i * P.BATCH, (i + 1) * P.BATCH) for i in range(3)]
+    losses = [model.train_on_batch(x[b[0]], y[b[0]]), model.train_on_batch(x[b[1]], y[b[1]])]
+    if masters is not None:
+        masters.get_master_weights(model)
+    model.predict_on_batch(x[b[0]])
+    model.test_on_batch(x[b[1]], y[b[1]])
+    losses.append(model.train_on_batch(x[b[2]], y[b[2]]))
+    model.fit(x, y, batch_size=P.BATCH, shuffle=False, verbose=0)
+    if masters is not None:
+        masters.get_master_weights(model)
+    model.evaluate(x, y, batch_size=P.BATCH, verbose=0)
+    model.predict(x, batch_size=P.BATCH, verbose=0)
+    losses.append(model.train_on_batch(x[b[0]], y[b[0]]))
+    return losses
+
+
+@pytest.mark.parametrize("mode, dtype, optimizer", [
+    pytest.param(*case, id="-".join(case)) for case in P.pairwise(("wrapped", "plain"))])
+def test_train_on_batch_masters_equal_keras_mixed(mode, dtype, optimizer):
+    """``train_on_batch`` (Keras's JAX trainer donates the state it hands the compiled step
+    and keeps the model's variables holding those arrays until it syncs the new values
+    back): repeated, between ``predict_on_batch``, ``test_on_batch``, ``fit``,
+    ``evaluate`` and reads of the masters, with a wrapped or a plain optimizer. The losses and
+    the masters equal Keras mixed's bit for bit, the copies are the casts of the masters."""
+    ref, model = P.twins(_dense_model, mode, dtype)
+    x, y = P.data((6,), (2,), n=3 * P.BATCH)
+    ref.compile(optimizer=OPT.Adam(1e-2), loss="mse")
+    wrap = mp.MasterWeightOptimizer if optimizer == "wrapped" else (lambda inner: inner)
+    model.compile(optimizer=wrap(OPT.Adam(1e-2)), loss="mse")
+    want_losses = _on_batch_workflow(ref, x, y)
+    have_losses = _on_batch_workflow(model, x, y, masters=mp)
+    assert isinstance(model.optimizer, mp.MasterWeightOptimizer)
+    P.assert_bitwise(mp.get_master_weights(model), ref.get_weights(), P.names(ref))
+    P.assert_copies_synced(model)
+    assert np.array(have_losses).tobytes() == np.array(want_losses).tobytes(), (
+        have_losses, want_losses)
+
+
 def _plain_optimizer_trains_in_a_custom_loop(mode):
     """Whether a plain optimizer applied to paired variables in a custom loop trains them
     (docs/mixed-precision.md): on the ``keras.Variable`` backends a reverse pair's variable is

@@ -77,8 +77,9 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
 
 def holds_value(variable):
     """Whether ``variable`` holds a value to compute with: not while Keras's ``fit`` on JAX
-    has taken it out for its compiled step (None), nor after a step that raised (the arrays
-    it consumed)."""
+    has taken it out for its compiled step (None), nor while it holds an array a compiled
+    step consumed (donated): after a step that raised, and, after ``train_on_batch``'s step
+    (which leaves the values in the variables), until Keras has synced it back."""
     return internals.is_initialized(variable) and not active.is_deleted(variable.value)
 
 
@@ -88,10 +89,13 @@ def _keeping_unchanged_masters(pair, value):
     master has ``cast(master)``'s bits: there the master itself.
 
     (Compared with the master's cast, not the copy: Keras empties the model's variables
-    during ``fit`` and syncs them back with assigns.)"""
+    during ``fit`` and syncs them back with assigns.) A master holding no value is not
+    compared: Keras's JAX trainer syncs the model's variables back before the optimizer's,
+    so while it assigns the copy the master, optimizer state of the step, is empty (``fit``)
+    or the array the step consumed (``train_on_batch``); its own sync, next, sets it."""
     copy, master = pair.copy, pair.master
     if (not pair.keeps_unchanged_masters or active.is_traced(value)
-            or internals.in_stateless_scope() or not internals.is_initialized(master)
+            or internals.in_stateless_scope() or not holds_value(master)
             or not hasattr(value, "dtype")
             or keras.backend.standardize_dtype(value.dtype) != copy.dtype
             or tuple(value.shape) != tuple(copy.shape)):
