@@ -36,10 +36,12 @@ SCRIPT = textwrap.dedent(
 
     import tfinit
     from tfinit import *  # noqa: F403 - __all__ holds no TensorFlow-only name here
+    assert mixed_precision is tfinit.mixed_precision  # noqa: F405
     import tfinit.caffe2
     assert keras.backend.backend() == "jax"
     assert "tensorflow" not in sys.modules, "import tfinit loaded TensorFlow"
-    assert "mixed_precision" not in tfinit.__all__ and "XavierFill" in tfinit.__all__
+    assert "distribute" not in tfinit.__all__ and "XavierFill" in tfinit.__all__
+    assert "mixed_precision" in tfinit.__all__  # it runs on JAX: imported with tfinit
     import jax
 
     # The fills: values, seeds, dtypes.

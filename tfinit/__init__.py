@@ -44,12 +44,17 @@ from tfinit.initializers import (
 from tfinit import caffe2  # noqa: F401
 from tfinit._parameter_infos import parameter_infos
 
-#: the submodules that need TensorFlow
-_TF_SUBMODULES = ("mixed_precision", "distribute")
-if _backend.name() == "tensorflow":
-    # Keras has loaded TensorFlow already; importing them now keeps their Keras
-    # registrations (MasterWeightOptimizer, PseudoFP16Policy) behind a bare `import tfinit`.
-    from tfinit import distribute, mixed_precision  # noqa: F401
+#: tfinit's submodules that run on some backends only, and those backends
+_BACKEND_SUBMODULES = {
+    "mixed_precision": ("tensorflow",) + _backend.KERAS_VARIABLE_MIXED_PRECISION,
+    "distribute": ("tensorflow",),
+}
+# Imported where they run, so that their Keras registrations (MasterWeightOptimizer,
+# PairPolicy) are behind a bare `import tfinit` and a `.keras` file with masters loads after it.
+_IMPORTED_SUBMODULES = [name for name, backends in _BACKEND_SUBMODULES.items()
+                        if _backend.name() in backends]
+for _name in _IMPORTED_SUBMODULES:
+    importlib.import_module(f"tfinit.{_name}")
 
 __version__ = "0.1.0"
 
@@ -60,17 +65,14 @@ __all__ = [
     "ExternalInitializer", "Initializer", "ParameterInfo", "PseudoFP16Initializer",
     "ReversePseudoFP16Initializer", "fill_ops", "get", "parameter_infos", "update_initializer",
 ]
-if _backend.name() == "tensorflow":  # so that `from tfinit import *` works on every backend
-    __all__ += list(_TF_SUBMODULES)
+__all__ += _IMPORTED_SUBMODULES  # so that `from tfinit import *` works on every backend
 
 
 def __getattr__(name):
-    """``tfinit.mixed_precision`` / ``tfinit.distribute`` off the TensorFlow backend: the
-    ``RuntimeError`` of ``tfinit._backend`` (PEP 562; reached only when not yet imported).
+    """A submodule this backend does not run: the ``RuntimeError`` of ``tfinit._backend``
+    naming the backend it needs (PEP 562; reached only when not yet imported).
     """
-    if name in _TF_SUBMODULES:
-        if not (name == "mixed_precision"
-                and _backend.name() in _backend.KERAS_VARIABLE_MIXED_PRECISION):
-            _backend.tensorflow(f"tfinit.{name}")  # mixed_precision also runs on JAX, torch
+    if name in _BACKEND_SUBMODULES:
+        _backend.tensorflow(f"tfinit.{name}")
         return importlib.import_module(f"tfinit.{name}")
     raise AttributeError(f"module 'tfinit' has no attribute {name!r}")

@@ -8,7 +8,6 @@ record; each carries brew's tag read from its name (``bias``/``beta``/``*_b``: B
 WEIGHT).
 """
 
-from tfinit import _backend
 from tfinit.parameter_info import ParameterInfo, caffe2_tag
 
 
@@ -49,22 +48,18 @@ def parameter_infos(model):
         raise TypeError("parameter_infos: Argument `model` must be a Keras model or layer "
                         "(with `trainable_weights`) or a list of variables. Received: "
                         f"{type(model).__name__}.")
-    pair_info = None
-    if _backend.name() == "tensorflow":
-        from tfinit import mixed_precision
+    from tfinit import mixed_precision  # above this module: imported when called
 
-        pair_info = mixed_precision.parameter_info
     infos = []
     for index, variable in enumerate(variables):
-        info = None
-        if pair_info is not None:
-            try:
-                info = pair_info(variable)
-            except ValueError:  # no master/copy pair: a plain record
-                info = None
-        if info is None:
-            info = ParameterInfo(variable, tuple(variable.shape))
-        info.param_id = index
-        info.tags = (caffe2_tag(variable),)
-        infos.append(info)
+        try:
+            pair = mixed_precision.parameter_info(variable)
+        except ValueError:  # no master/copy pair: a plain record
+            pair = None
+        # A record of its own: the pair's record (shared by every caller) keeps its id and tags.
+        infos.append(ParameterInfo(
+            variable, tuple(variable.shape),
+            blob_copy=dict(pair.blob_copy) if pair is not None else None,
+            param_id=index, name=pair.name if pair is not None else None,
+            tags=(caffe2_tag(variable),)))
     return infos

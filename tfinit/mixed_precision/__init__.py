@@ -3,18 +3,18 @@
 The house: ``_common/`` (every backend), ``_tensorflow/`` (Keras's TensorFlow backend: a
 variable creator makes the pairs) and ``_keras_variables/`` (JAX and torch: pairs made from
 built layers; ``jax``/``torch`` hold what each does its own way); the backend is chosen once
-(``_commonbackend_choice``, whose folder ``_chosen_backend`` imports). Where a thing differs
+(``_common/backend_choice``, whose folder ``_chosen_backend`` imports). Where a thing differs
 by backend, both folders have a module of the same name.
 
 The concepts, one line each (their modules in brackets):
 
 - scope / ScopeState: one entered scope = its PairSpec, strategy and policy [each folder's
-  ``scope``, ``_commonscope_stack``, ``_commonscope_hooks``].
+  ``scope``, ``_common/scope_stack``, ``_common/scope_hooks``].
 - PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules
-  [``_commonpair_policy``].
+  [``_common/pair_policy``].
 - which variables pair up, and the pair record: the one record on a paired variable, a
   ParameterInfo (param, blob_copy) whose kind (pseudo_fp16, reverse, split) is decided once,
-  when the pair is made [``_commonpair_kinds``: the rule and the roles, every backend; each
+  when the pair is made [``_common/pair_kinds``: the rule and the roles, every backend; each
   folder's ``pair_records``: how a master is read and written there].
 - the public functions over pairs (parameter_info, sync_copies, the master weights, files,
   replicas): one code path over the chosen backend's pair functions [``_master_weights``,
@@ -24,9 +24,9 @@ The concepts, one line each (their modules in brackets):
   updates [each folder's ``paired_variables``].
 - the split master: bfloat16 copy + int16 remainder, no fp32 variable [tfinit._split_master].
 - MasterWeightOptimizer: scale, unscale in fp32, update masters, re-cast copies
-  [``_commonoptimizer_core``, each folder's ``optimizer``].
+  [``_common/optimizer_core``, each folder's ``optimizer``].
 - the save hooks: every save format stores a pair's fp32 master [each folder's
-  ``save_hooks``, ``_commonweight_files``].
+  ``save_hooks``, ``_common/weight_files``].
 
 The public names:
 
