@@ -38,10 +38,12 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
 
     A 16-bit value given to a pseudo_fp16 copy (eager) touches only the elements it changes,
     as on TensorFlow: where its bits are ``cast(master)``'s the master is kept, so
-    ``set_weights(get_weights())`` leaves every master bit-identical. This matters after
-    ``fit``: Keras's JAX trainer assigns every model variable its value from the compiled
-    step, and a frozen paired variable (``trainable = False``, a LoRA-frozen kernel) is no
-    optimizer state, so its master would otherwise be rounded to 16 bits.
+    ``set_weights(get_weights())`` leaves every master bit-identical. Keras's JAX trainer
+    writing a compiled step's values back (after ``fit``, ``evaluate``, ``predict`` and the
+    per-batch calls) stores them as Keras does, the master left alone
+    (:func:`_written_back_from_a_step`): a frozen paired variable (``trainable = False``, a
+    LoRA-frozen kernel) is no optimizer state, and no call that does not train changes a
+    master.
     """
 
     def pair(self):
@@ -56,8 +58,9 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
 
     def assign(self, value):
         if active.is_deleted(value) or _written_back_from_a_step(self, value):
-            # Keras's fit on JAX syncs back, after a step that raised, the arrays that step
-            # consumed: stored as Keras stores them, so the step's own exception propagates.
+            # Keras's JAX trainer writing back a step's values (after a step that raised: the
+            # arrays that step consumed): stored as Keras stores them, the master left alone
+            # (and the step's own exception propagates).
             raw_assign(self, value)
             return value
         pair = pair_kinds.record_of(self)
