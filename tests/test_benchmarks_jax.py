@@ -89,3 +89,26 @@ def test_without_an_accelerator_it_says_so_and_writes_nothing(monkeypatch, capsy
     assert mixed_jax.main(["--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == mixed_jax.NOT_JAX.format(backend="torch")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # builds three models, compiles each one's train, test and predict steps
+def test_per_batch_rows_columns_and_figures(tmp_path):
+    """``benchmarks.per_batch_jax --smoke``: a row per call and contender, positive finite
+    times, ratios within their interval, Keras mixed the baseline; the Markdown shows them."""
+    from benchmarks import per_batch_jax
+
+    assert per_batch_jax.main(["--smoke", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results_per_batch_jax_smoke.json").read_text())
+    md = (tmp_path / "results_per_batch_jax_smoke.md").read_text()
+    if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW"):
+        assert data["machine"]["tensorflow_imported"] is False
+    rows = data["rows"]
+    assert [(r["call"], r["contender"]) for r in rows] == [
+        (call, c) for call in per_batch_jax.CALLS for c in per_batch_jax.CONTENDERS]
+    for row in rows:
+        assert list(row) == ["call", "contender", "ms_per_call", "ratio", "ratio_ci95"], row
+        assert _positive(row["ms_per_call"]) and _positive(row["ratio"]), row
+        low, high = row["ratio_ci95"]
+        assert _positive(low) and low <= row["ratio"] <= high, row
+        assert row["contender"] != "keras_mixed" or row["ratio"] == 1.0, row
+        assert f"| {row['call']} | {row['contender']} |" in md

@@ -228,6 +228,112 @@ def test_an_eager_step_with_an_overflow_changes_no_master(mp):
     assert mp.get_master_weights(model)[1].tobytes() == (before[1] - step).tobytes()
 
 
+# ------------------------------------------------------------------ calls that do not train
+
+#: the calls that do not train (issue 48): after each, every master is bit-unchanged
+NON_TRAINING_CALLS = {
+    "evaluate": lambda model, x, y: model.evaluate(x, y, batch_size=16, verbose=0),
+    "predict": lambda model, x, y: model.predict(x, batch_size=16, verbose=0),
+    "test_on_batch": lambda model, x, y: model.test_on_batch(x[:16], y[:16]),
+    "predict_on_batch": lambda model, x, y: model.predict_on_batch(x[:16]),
+    "direct call": lambda model, x, y: model(x),
+}
+
+
+def _compiled_pair(mp, freeze=None):
+    """(fp32-master model, split model), ``freeze`` applied to each, the same weights, each
+    compiled with its own Adam (the fp32-master run is the split run's oracle)."""
+    models = _model(mp, "fp32"), _model(mp, "split")
+    for model in models:
+        if freeze is not None:
+            freeze(model)
+        model.compile(optimizer=mp.MasterWeightOptimizer(keras.optimizers.Adam(1e-2)),
+                      loss="mse")
+    mp.set_master_weights(models[1], mp.get_master_weights(models[0]))  # LoRA's draws too
+    return models
+
+
+def _low_halves(masters):
+    """How many elements of ``masters`` have nonzero low 16 bits (what a rounding loses)."""
+    return sum(int(np.count_nonzero(m.view(np.uint32) & 0xFFFF)) for m in masters)
+
+
+@jax_only
+@pytest.mark.slow  # over 1 s on 2 cores
+def test_calls_that_do_not_train_leave_every_split_master_bit_unchanged(mp):
+    """Keras's JAX trainer writes the values of a compiled step back into the model's
+    variables after evaluate, predict and the per-batch calls. That write must not re-make a
+    split master from its bfloat16 copy (the remainders were wiped: issue 48). After a
+    training step, each call leaves every master bit-unchanged, and the split run still
+    equals the fp32-master run up to ties."""
+    x, y = _data()
+    models = _compiled_pair(mp)
+    for name, call in NON_TRAINING_CALLS.items():
+        for model in models:
+            model.train_on_batch(x[:16], y[:16])
+            before = mp.get_master_weights(model)
+            assert _low_halves(before) > 0.9 * sum(m.size for m in before)
+            call(model, x, y)
+            changed = [int(np.count_nonzero(a.view(np.uint32) != b.view(np.uint32)))
+                       for a, b in zip(mp.get_master_weights(model), before, strict=True)]
+            assert not any(changed), f"{name} changed {changed} master elements"
+        got = mp.get_master_weights(models[1])
+        if _assert_equal_up_to_ties(mp.get_master_weights(models[0]), got):
+            mp.set_master_weights(models[0], got)
+
+
+@jax_only
+@pytest.mark.slow  # over 1 s on 2 cores
+def test_fit_with_validation_data_trains_as_fit_without(mp):
+    """``fit(..., validation_data=...)`` evaluates after each epoch; the split masters come
+    out bit-identical to the same fit without validation, and equal the fp32-master run's
+    with validation up to ties."""
+    x, y = _data()
+    fp32, split = _compiled_pair(mp)
+    plain = _compiled_pair(mp)[1]
+    for model, validation in ((fp32, (x, y)), (split, (x, y)), (plain, None)):
+        model.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=False,
+                  validation_data=validation)
+    _same_masters(split, mp.get_master_weights(plain), mp)
+    assert _assert_equal_up_to_ties(mp.get_master_weights(fp32),
+                                    mp.get_master_weights(split)) <= 2
+
+
+def _frozen_first_layer(model):
+    model.layers[0].trainable = False
+
+
+def _lora_first_layer(model):
+    model.layers[0].enable_lora(2)
+
+
+@jax_only
+@pytest.mark.slow  # over 1 s on 2 cores
+@pytest.mark.parametrize("freeze", [_frozen_first_layer, _lora_first_layer],
+                         ids=["trainable_false", "enable_lora"])
+def test_fit_and_train_on_batch_leave_frozen_split_masters_exact(mp, freeze):
+    """A frozen layer's kernel (``trainable = False``, or frozen by ``enable_lora``) is no
+    optimizer state: Keras writes its bfloat16 copy back after fit and train_on_batch, which
+    must not round its split master (issue 48: every frozen element was). Its master stays
+    bit-identical, and the model trains as the fp32-master run does, up to ties."""
+    x, y = _data()
+    models = _compiled_pair(mp, freeze)
+    (kernel,) = [i for i, v in enumerate(models[1].weights)
+                 if v.path.endswith(f"/{models[1].layers[0].name}/kernel")]
+    initial = mp.get_master_weights(models[1])
+    before = initial[kernel]
+    assert _low_halves([before]) > 0.9 * before.size  # a rounding would show
+    for model in models:
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+        model.train_on_batch(x[:16], y[:16])
+        assert mp.get_master_weights(model)[kernel].tobytes() == before.tobytes()
+    want, got = (mp.get_master_weights(model) for model in models)
+    assert _assert_equal_up_to_ties(want, got) <= 2
+    trained = [i for i, (g, b) in enumerate(zip(got, initial, strict=True))
+               if g.tobytes() != b.tobytes()]
+    assert trained and kernel not in trained
+
+
 # ------------------------------------------------------------------ reads, writes, files
 
 @jax_only

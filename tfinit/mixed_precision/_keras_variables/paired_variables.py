@@ -38,10 +38,12 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
 
     A 16-bit value given to a pseudo_fp16 copy (eager) touches only the elements it changes,
     as on TensorFlow: where its bits are ``cast(master)``'s the master is kept, so
-    ``set_weights(get_weights())`` leaves every master bit-identical. This matters after
-    ``fit``: Keras's JAX trainer assigns every model variable its value from the compiled
-    step, and a frozen paired variable (``trainable = False``, a LoRA-frozen kernel) is no
-    optimizer state, so its master would otherwise be rounded to 16 bits.
+    ``set_weights(get_weights())`` leaves every master bit-identical. Keras's JAX trainer
+    writing a compiled step's values back (after ``fit``, ``evaluate``, ``predict`` and the
+    per-batch calls) stores them as Keras does, the master left alone
+    (:func:`_written_back_from_a_step`): a frozen paired variable (``trainable = False``, a
+    LoRA-frozen kernel) is no optimizer state, and no call that does not train changes a
+    master.
     """
 
     def pair(self):
@@ -55,9 +57,10 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
         return MasterPenalty(penalty, self)
 
     def assign(self, value):
-        if active.is_deleted(value):
-            # Keras's fit on JAX syncs back, after a step that raised, the arrays that step
-            # consumed: stored as Keras stores them, so the step's own exception propagates.
+        if active.is_deleted(value) or _written_back_from_a_step(self, value):
+            # Keras's JAX trainer writing back a step's values (after a step that raised: the
+            # arrays that step consumed): stored as Keras stores them, the master left alone
+            # (and the step's own exception propagates).
             raw_assign(self, value)
             return value
         pair = pair_kinds.record_of(self)
@@ -81,6 +84,24 @@ def holds_value(variable):
     step consumed (donated): after a step that raised, and, after ``train_on_batch``'s step
     (which leaves the values in the variables), until Keras has synced it back."""
     return internals.is_initialized(variable) and not active.is_deleted(variable.value)
+
+
+def _written_back_from_a_step(variable, value):
+    """Whether assigning ``value`` to ``variable`` is Keras's JAX trainer writing back what
+    its compiled step returned: eager, outside a stateless scope, to a variable that holds no
+    value because the trainer took it out for the step (``fit``, ``evaluate``, ``predict``)
+    or the step consumed it (``train_on_batch``, ``test_on_batch``, ``predict_on_batch``).
+
+    Such a value is stored as is, the pair's other variable left alone: the step computed the
+    copy from the master (``close_step``: ``cast(master)``, a split master's top half), and
+    where it trained the master, the master (or the remainder) is optimizer state the same
+    sync writes next; where it did not (a call that does not train, a frozen variable), the
+    value is the copy the step was given, so the master is the one it had. Re-making the
+    master from the 16-bit value instead would round a split master's low half away (its
+    remainder: the sync emptied the copy it would be compared with) and re-split every
+    variable eagerly after every per-batch call."""
+    return (not holds_value(variable) and not active.is_traced(value)
+            and not internals.in_stateless_scope())
 
 
 def _keeping_unchanged_masters(pair, value):
