@@ -35,6 +35,9 @@ VOCABULARY, WIDTH, LENGTH = 32, 8, 6
 CASES = [(mode, dtype, "fp32") for mode in P.MODES for dtype in P.DTYPES]
 if BACKEND != "torch":  # the split master's bit arithmetic runs on TensorFlow and JAX
     CASES.append(("pseudo_fp16", "bfloat16", "split"))
+#: training (about 10 s a case on a 2-core CPU): reverse float16 left out (no uncast read of
+#: a copy there; its logits are checked)
+STEP_CASES = [case for case in CASES if case != ("reverse", "float16", "fp32")]
 
 
 class TiedLM(keras.layers.Layer):
@@ -78,6 +81,7 @@ def numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, dtype, master", CASES)
 def test_logits_read_the_master_where_keras_mixed_reads_float32(mode, dtype, master):
     ref, model = twins(mode, dtype, master)
@@ -96,7 +100,8 @@ def test_logits_read_the_master_where_keras_mixed_reads_float32(mode, dtype, mas
     P.assert_bitwise([got], [want], ["logits"], "standalone reverse call's logits")
 
 
-@pytest.mark.parametrize("mode, dtype, master", CASES)
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, dtype, master", STEP_CASES)
 def test_adam_steps_match_keras_mixed(mode, dtype, master):
     ref, model = twins(mode, dtype, master)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
