@@ -481,8 +481,8 @@ def test_called_inside_another_layer_tells_a_nested_call_from_the_entry():
 
 def test_widening_variable_reads_float32_inside_a_layer_call_only():
     class Wide(internals.WideningKerasVariable):
-        def widens_in_layer_call(self):
-            return True
+        def wide_layer_read(self, value):
+            return keras.ops.cast(value, "float32")
 
     class Reader(keras.layers.Layer):
         def call(self, x):

@@ -131,15 +131,19 @@ class WideningKerasVariable(keras.Variable):
     # Public stand-in: none. Inside a layer call Keras reads a variable through
     # `Variable._maybe_autocast` (also the value a `StatelessScope` holds for it, on JAX),
     # with no hook to give a layer that does not autocast a wider read.
-    """A Keras variable whose subclasses may read as float32 inside layer calls (JAX, torch)."""
+    """A Keras variable whose subclasses may serve a float32 read inside layer calls (JAX,
+    torch)."""
 
-    def widens_in_layer_call(self):
-        """Whether a layer call reads this variable cast to float32."""
-        return False
+    def wide_layer_read(self, value):
+        """The float32 value a layer call reads for ``value`` (this variable's value, or the
+        one a stateless scope holds for it), or None for Keras's own read."""
+        return None
 
     def _maybe_autocast(self, value):
-        if self._autocast and in_layer_call() and self.widens_in_layer_call():
-            return keras.ops.cast(value, "float32")
+        if self._autocast and in_layer_call():
+            read = self.wide_layer_read(value)
+            if read is not None:
+                return read
         return super()._maybe_autocast(value)
 
 

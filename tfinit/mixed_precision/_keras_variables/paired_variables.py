@@ -31,7 +31,8 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
     ``assign`` (``set_weights``, a weights file's load, user code, an optimizer updating a
     reverse master) sets the fp32 master to the value exactly and re-casts the copy, so
     ``set_weights(get_weights())`` is lossless and no write leaves a stale copy;
-    ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own. A penalty of a
+    ``assign_add`` / ``assign_sub`` add to the master. Reads are Keras's own, but for a read
+    Keras mixed makes uncast in float32 (:meth:`wide_layer_read`). A penalty of a
     pseudo_fp16 variable is computed on its master (:class:`MasterPenalty`), and a plain
     optimizer is refused where it would update the copy without its master
     (``pair_kinds.PairedVariableRules``).
@@ -49,9 +50,17 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
     def pair(self):
         return pair_kinds.record_of(self)
 
-    def widens_in_layer_call(self):
+    def wide_layer_read(self, value):
+        """A read Keras mixed makes uncast in float32 (``pair.reads_wide()``): the master's
+        value, whose gradient reaches the copy; the copy widened where the computation does
+        not carry the master (JAX's compiled test and predict steps)."""
         pair = pair_kinds.record_of(self)
-        return pair is not None and pair.reads_wide()
+        if pair is None or not pair.reads_wide():
+            return None
+        master = _master_of_read(pair, value)
+        if master is None:
+            return ops.cast(value, MASTER_DTYPE)
+        return _master_valued(master, value)
 
     def penalty_on_master(self, penalty):
         return MasterPenalty(penalty, self)
@@ -124,6 +133,21 @@ def _keeping_unchanged_masters(pair, value):
     same = ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
                      ops.view(ops.cast(master.value, copy.dtype), "int16"))
     return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
+
+
+def _master_of_read(pair, copy_value):
+    """The fp32 master for a read of ``pair``'s copy whose value is ``copy_value``: in
+    ``fit``'s compiled step the step's value (:func:`step_values`), eagerly the variable's;
+    None in a compiled step that does not carry it (its value there would be a constant of
+    the compiled function, stale after the next step)."""
+    other = None
+    if internals.in_stateless_scope():
+        other = (getattr(_STEP, "values", None) or {}).get(id(pair.other))
+    if other is None:
+        if active.is_traced(copy_value) or not holds_value(pair.other):
+            return None
+        other = pair.other.value
+    return pair.step_master(copy_value, other)
 
 
 def _master_valued(master, copy):

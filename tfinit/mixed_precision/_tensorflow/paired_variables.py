@@ -12,12 +12,15 @@ variable's own dtype and value (16-bit in pseudo_fp16, fp32 in reverse). Beyond 
   copy; in pseudo_fp16 a 16-bit value leaves the master of every element whose 16-bit value it
   does not change (so ``set_weights(get_weights())`` is lossless) and sets the others to the
   exact widening; ``assign_add``/``assign_sub`` add to the master in fp32;
-- reads inside a layer call: in pseudo_fp16 the 16-bit variable, whose gradient comes back in
-  fp32 (so a weight read many times has its contributions summed in fp32, as Keras's cast
-  does); inside a ``tf.while_loop`` or ``tf.cond`` body (recurrent layers) the read is made
-  outside the body in fp32 and cast inside it, so the loop accumulates the gradient in fp32,
-  as Keras's cast of an fp32 variable does. In reverse, under Keras's autocast, the cached
-  16-bit copy instead of a cast on every read (the gradient reaches the fp32 variable);
+- reads inside a layer call: a read Keras mixed makes uncast in float32 (a layer that does
+  not autocast, such as an ``Embedding``, called inside another layer: its gather, a tied
+  projection) gives the fp32 master's value; otherwise in pseudo_fp16 the 16-bit variable,
+  whose gradient comes back in fp32 (so a weight read many times has its contributions
+  summed in fp32, as Keras's cast does); inside a ``tf.while_loop`` or ``tf.cond`` body
+  (recurrent layers) the read is made outside the body in fp32 and cast inside it, so the
+  loop accumulates the gradient in fp32, as Keras's cast of an fp32 variable does. In
+  reverse, under Keras's autocast, the cached 16-bit copy instead of a cast on every read
+  (the gradient reaches the fp32 variable);
 - ``regularizer``: the penalty is computed on the fp32 master (its gradient reaches the
   variable in fp32), as Keras's mixed policies compute it on the fp32 variable;
 - ``overwrite_with_gradient``: read by every Keras optimizer before it touches a variable; a
@@ -58,9 +61,13 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.HookedKerasVariab
             outer = internals.control_flow_outer_graph()
             if outer is None:
                 if pair.reads_wide():
-                    # Keras mixed reads such a layer's fp32 variable uncast: the copy's
-                    # exact fp32 widening, its gradient summed in fp32.
-                    return _read(tf_var, tf.cast(tf_var, tf.float32), tf.float32)
+                    # Keras mixed reads such a layer's fp32 variable uncast: the master's
+                    # value (a tied projection's logits use its low bits), its gradient
+                    # summed in fp32 and given to the copy. A SavedModel holds the variable,
+                    # not its master: there, the variable's exact widening.
+                    wide = (tf.cast(tf_var, tf.float32) if internals.in_saved_model_save()
+                            else pair.master_value())
+                    return _read(tf_var, wide, tf.float32)
                 # The 16-bit variable itself; each read's gradient comes back in fp32.
                 return _read(tf_var, None, tf.float32)
             # A gradient in fp32 for a 16-bit variable cannot meet the loop's 16-bit

@@ -215,7 +215,7 @@ def _create(state, next_creator, **kwargs):
     param = created.param
     pair = pair_records.make_pair(owner if owner is not None else param, param.shape,
                             created.blob_copy, name=name, spec=state.spec)
-    layer = internals.layer_being_built() if owner is not None else None
+    layer = _owning_layer(owner) if owner is not None else None
     pair.note_layer(layer)
     pair_records.attach(param, pair)
     save_hooks.install_variable_hooks(param)
@@ -226,6 +226,19 @@ def _create(state, next_creator, **kwargs):
             if pair.computes_with_copy:
                 save_hooks.install_layer_hooks(layer)
     return param
+
+
+def _owning_layer(owner):
+    """The layer Keras variable ``owner`` belongs to: the layer being built, or a layer nested
+    in it that already tracks ``owner`` (Keras creates a nested layer's variables after its
+    build, deferred, in the name scope of the outer layer whose call built it)."""
+    building = internals.layer_being_built()
+    if building is None:
+        return None
+    for layer in internals.all_layers(building):
+        if any(v is owner for v in internals.own_trainable_variables(layer)):
+            return layer
+    return building
 
 
 def _keep_pair_policy(layer, state):
