@@ -6,8 +6,8 @@ holds the other detection layers and names this one too.
 
 import keras
 
-from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, per_image, greedy_nms,
-                                            soft_nms)
+from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, finite, greedy_nms,
+                                            per_image, require, same_rows, soft_nms)
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -93,22 +93,46 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
                 "output_classes_include_bg_cls": self.output_classes_include_bg_cls,
                 "legacy_plus_one": self.legacy_plus_one, "num_outputs": self.num_outputs}
 
-    def compute_output_spec(self, scores, boxes, batch_splits=None):
+    def compute_output_spec(self, scores, boxes, batch_splits=None, images=None):
         specs = [keras.KerasTensor((None,), "float32"), keras.KerasTensor((None, 4), "float32"),
                  keras.KerasTensor((None,), "float32"), keras.KerasTensor((None,), "float32"),
                  keras.KerasTensor((None,), "int32"),
                  keras.KerasTensor((None, scores.shape[-1]), "int32")]
         return specs[:self.num_outputs]
 
-    def call(self, scores, boxes, batch_splits=None):
+    def _one_image_only(self, images):
+        tf = self._tf
+        count = tf.shape(images)[0]
+        return require(tf, count <= 1,
+                       f"{self.name} (BoxWithNMSLimit without a `batch_splits` input) treats "
+                       f"every row as one image, as Caffe2 does, so a batch of several images "
+                       f"would merge their detections with no image index: feed batch_splits "
+                       f"(BBoxTransform's second output, roi_batch_splits) to BoxWithNMSLimit "
+                       f"or run the images one by one (a batch of 1)")
+
+    def call(self, scores, boxes, batch_splits=None, images=None):
         tf = self._tf
         scores = tf.convert_to_tensor(scores, tf.float32)
         boxes = tf.convert_to_tensor(boxes, tf.float32)
+        op = "BoxWithNMSLimit"
+        checks = [finite(tf, op, "scores", scores), finite(tf, op, "boxes", boxes),
+                  same_rows(tf, op, "scores", scores, "boxes", boxes,
+                            "one row of boxes per row of scores")]
+        with tf.control_dependencies(checks):
+            scores, boxes = tf.identity(scores), tf.identity(boxes)
         rows = tf.shape(scores)[0]
         if batch_splits is None:
             splits = rows[None]
+            if images is not None:
+                with tf.control_dependencies([self._one_image_only(images)]):
+                    splits = tf.identity(splits)
         else:
-            splits = tf.cast(tf.convert_to_tensor(batch_splits, tf.float32), tf.int32)
+            splits = tf.convert_to_tensor(batch_splits, tf.float32)
+            check = require(tf, tf.math.is_finite(splits) & (splits >= 0.0),
+                            "BoxWithNMSLimit: input `batch_splits` must hold finite, "
+                            "non-negative row counts")
+            with tf.control_dependencies([check]):
+                splits = tf.cast(splits, tf.int32)
             check = tf.debugging.assert_equal(
                 tf.reduce_sum(splits), rows, message="BoxWithNMSLimit: batch_splits must sum "
                 "to the rows of scores (Caffe2: batch_splits.sum() == N)")

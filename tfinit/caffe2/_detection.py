@@ -26,8 +26,9 @@ import keras
 import numpy as np
 
 from tfinit.caffe2._box_with_nms_limit import Caffe2BoxWithNMSLimit
-from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, per_image, bbox_transform,
-                                            clip_boxes, greedy_nms)
+from tfinit.caffe2._detection_boxes import (DetectionLayer, bbox_transform, clip_boxes, f32,
+                                            finite, greedy_nms, image_info, per_image,
+                                            require, same_rows)
 
 __all__ = ["Caffe2RoIAlign", "Caffe2BBoxTransform", "Caffe2GenerateProposals",
            "Caffe2BoxWithNMSLimit", "Caffe2CollectAndDistributeFpnRpnProposals"]
@@ -101,6 +102,8 @@ class Caffe2RoIAlign(DetectionLayer):
     def _pool(self, x, rois):
         tf = self._tf
         n = tf.shape(x)[0]
+        with tf.control_dependencies([finite(tf, "RoIAlign", "rois", rois)]):
+            rois = tf.identity(rois)  # checked first: a NaN roi fails no later check
         if rois.shape[-1] == 5:
             batch = tf.cast(rois[:, 0], tf.int32)
             box = rois[:, 1:]
@@ -127,8 +130,17 @@ class Caffe2RoIAlign(DetectionLayer):
             grid_h = tf.fill(tf.shape(bin_h), self.sampling_ratio)
             grid_w = grid_h
         else:
-            grid_h = tf.cast(tf.math.ceil(roi_h / float(self.pooled_h)), tf.int32)
-            grid_w = tf.cast(tf.math.ceil(roi_w / float(self.pooled_w)), tf.int32)
+            grid_h, grid_w = tf.math.ceil(bin_h), tf.math.ceil(bin_w)
+            dims = tf.cast(tf.shape(x)[1:3] + 2, tf.float32)
+            checks.append(require(
+                tf, (grid_h <= dims[0]) & (grid_w <= dims[1]),
+                f"RoIAlign (sampling_ratio <= 0, adaptive): a roi may span at most pooled_h x "
+                f"(H + 2) by pooled_w x (W + 2) cells of X after spatial_scale (pooled "
+                f"{self.pooled_h} x {self.pooled_w}); a larger one samples more points per bin "
+                f"than X has and can exhaust memory: clip the rois to the image"))
+            with tf.control_dependencies(checks[-1:]):
+                grid_h = tf.cast(grid_h, tf.int32)
+                grid_w = tf.cast(grid_w, tf.int32)
         with tf.control_dependencies(checks):
             return self._sample(x, batch, y1, x1, bin_h, bin_w, grid_h, grid_w)
 
@@ -249,6 +261,12 @@ class Caffe2BBoxTransform(DetectionLayer):
         rois = tf.convert_to_tensor(rois, tf.float32)
         deltas = tf.convert_to_tensor(deltas, tf.float32)
         im_info = tf.convert_to_tensor(im_info, tf.float32)
+        op = "BBoxTransform"
+        first = [finite(tf, op, "rois", rois), finite(tf, op, "deltas", deltas),
+                 image_info(tf, op, im_info),
+                 same_rows(tf, op, "rois", rois, "deltas", deltas, "one row of deltas per roi")]
+        with tf.control_dependencies(first):
+            rois, deltas, im_info = (tf.identity(v) for v in (rois, deltas, im_info))
         r = tf.shape(rois)[0]
         batch = tf.shape(im_info)[0]
         if rois.shape[-1] == 5:
@@ -361,12 +379,18 @@ class Caffe2GenerateProposals(DetectionLayer):
             raise ValueError(f"{type(self).__name__} with {a} anchors takes scores [N, H, W, "
                              f"{a}] and deltas [N, H, W, {4 * a}]. Received: scores of shape "
                              f"{tuple(scores.shape)}, deltas of shape {tuple(deltas.shape)}")
+        op = "GenerateProposals"
+        checks = [finite(tf, op, "scores", scores), finite(tf, op, "bbox_deltas", deltas),
+                  image_info(tf, op, im_info),
+                  require(tf, tf.equal(tf.shape(scores)[:3], tf.shape(deltas)[:3]),
+                          f"{op}: inputs `scores` and `bbox_deltas` must have the same images, "
+                          f"height and width (one set of 4 deltas per anchor and cell)"),
+                  same_rows(tf, op, "scores", scores, "im_info", im_info,
+                            "im_info must have one row per image; Caffe2: im_info [num_images, 3]")]
+        with tf.control_dependencies(checks):
+            scores, deltas, im_info = (tf.identity(v) for v in (scores, deltas, im_info))
         shape = tf.shape(scores)
-        check = tf.debugging.assert_equal(
-            tf.shape(im_info)[0], shape[0], message="GenerateProposals: im_info must have one "
-            "row per image (Caffe2: im_info [num_images, 3])")
-        with tf.control_dependencies([check]):
-            height, width = tf.identity(shape[1]), tf.identity(shape[2])
+        height, width = shape[1], shape[2]
         stride = f32(tf, 1.0 / self.spatial_scale)
         shift_x = tf.cast(tf.range(width), tf.float32) * stride
         shift_y = tf.cast(tf.range(height), tf.float32) * stride
@@ -524,8 +548,20 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
             raise ValueError(f"{type(self).__name__} takes 2 x {levels} inputs (rois then "
                              f"scores of rpn levels {self.rpn_min_level}-{self.rpn_max_level})."
                              f" Received: {len(inputs)}")
-        rois = tf.concat([tf.convert_to_tensor(v, tf.float32) for v in inputs[:levels]], 0)
-        scores = tf.concat([tf.convert_to_tensor(v, tf.float32) for v in inputs[levels:]], 0)
+        rois = [tf.convert_to_tensor(v, tf.float32) for v in inputs[:levels]]
+        scores = [tf.convert_to_tensor(v, tf.float32) for v in inputs[levels:]]
+        op = "CollectAndDistributeFpnRpnProposals"
+        checks = []
+        for k, (level_rois, level_scores) in enumerate(zip(rois, scores, strict=True)):
+            level = self.rpn_min_level + k
+            checks += [finite(tf, op, f"rois of rpn level {level}", level_rois),
+                       finite(tf, op, f"scores of rpn level {level}", level_scores),
+                       same_rows(tf, op, f"rois of rpn level {level}", level_rois,
+                                 f"scores of rpn level {level}", level_scores,
+                                 "one score per roi, level by level")]
+        with tf.control_dependencies(checks):
+            rois = tf.concat(rois, 0)
+            scores = tf.concat(scores, 0)
         order = tf.argsort(scores, direction="DESCENDING", stable=True)
         order = order[:max(self.rpn_post_nms_top_n, 0)]
         rois = tf.gather(rois, order)

@@ -45,6 +45,11 @@ def roi_align(b, op, x, rois):
     args = args_of.roi_align_args(op)
     _check_order(b, op)
     args_of.check_roi_align_shapes(op, _per_example(b, x), _per_example(b, rois))
+    if args.sampling_ratio > 0:  # one roi's sampling grid is built whole: refuse a huge one
+        b.check_size(op, f"one roi's sampling grid of {op.type} (pooled_h x sampling_ratio by "
+                     f"pooled_w x sampling_ratio points per channel)",
+                     [None, args.pooled_h * args.sampling_ratio,
+                      args.pooled_w * args.sampling_ratio, x.shape[-1] or 1])
     return Caffe2RoIAlign(**args.layer_kwargs(), name=b.name(op.outputs[0]))(x, rois)
 
 
@@ -73,6 +78,9 @@ def box_with_nms_limit(b, op, *inputs):
     args_of.check_box_with_nms_limit_shapes(op, args, *(_per_example(b, x) for x in inputs))
     layer = Caffe2BoxWithNMSLimit(**args.layer_kwargs(), num_outputs=len(op.outputs),
                                   name=b.name(op.outputs[0]))
+    images = b.nms_images.get(op.inputs[1]) if len(inputs) == 2 else None
+    if images in b.blobs:  # boxes of a BBoxTransform, no batch_splits: one image at a time
+        return _listed(layer(*inputs, images=b.blobs[images]))
     return _listed(layer(*inputs))
 
 
@@ -96,3 +104,10 @@ def static_checks(reader):
 def bbox_rois(net):
     """The blobs a BBoxTransform reads as rois (Collect's ``rois`` in a full net)."""
     return {op.inputs[0] for op in net.ops if op.type == "BBoxTransform" and op.inputs}
+
+
+def nms_images(net):
+    """BBoxTransform's ``box_out`` blob -> its ``im_info`` blob: a BoxWithNMSLimit reading
+    those boxes without ``batch_splits`` refuses a batch of several images."""
+    return {op.outputs[0]: op.inputs[2] for op in net.ops
+            if op.type == "BBoxTransform" and len(op.inputs) == 3 and op.outputs}
