@@ -104,11 +104,11 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
         tf = self._tf
         count = tf.shape(images)[0]
         return require(tf, count <= 1,
-                       f"{self.name} (BoxWithNMSLimit without a `batch_splits` input) treats "
-                       f"every row as one image, as Caffe2 does, so a batch of several images "
-                       f"would merge their detections with no image index: feed batch_splits "
-                       f"(BBoxTransform's second output, roi_batch_splits) to BoxWithNMSLimit "
-                       f"or run the images one by one (a batch of 1)")
+                       f"BoxWithNMSLimit (layer {self.name!r}) without a `batch_splits` input "
+                       f"treats every row as one image, as Caffe2 does, so a batch of several "
+                       f"images would merge their detections with no image index: feed "
+                       f"batch_splits (BBoxTransform's second output, roi_batch_splits) to "
+                       f"BoxWithNMSLimit or run the images one by one (a batch of 1)")
 
     def call(self, scores, boxes, batch_splits=None, images=None):
         tf = self._tf
@@ -133,9 +133,9 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
                             "non-negative row counts")
             with tf.control_dependencies([check]):
                 splits = tf.cast(splits, tf.int32)
-            check = tf.debugging.assert_equal(
-                tf.reduce_sum(splits), rows, message="BoxWithNMSLimit: batch_splits must sum "
-                "to the rows of scores (Caffe2: batch_splits.sum() == N)")
+            check = require(tf, tf.equal(tf.reduce_sum(splits), rows), "BoxWithNMSLimit: "
+                            "batch_splits must sum to the rows of scores (Caffe2: "
+                            "batch_splits.sum() == N)")
             with tf.control_dependencies([check]):
                 splits = tf.identity(splits)
         starts = tf.cumsum(splits, exclusive=True)

@@ -110,18 +110,16 @@ class Caffe2RoIAlign(DetectionLayer):
         else:
             batch = tf.zeros([tf.shape(rois)[0]], tf.int32)
             box = rois
-        checks = [tf.debugging.assert_greater_equal(
-            batch, 0, message="RoIAlign: a roi's batch index is negative"),
-            tf.debugging.assert_less(
-            batch, n, message="RoIAlign: a roi's batch index is past the batch of X")]
+        checks = [require(tf, batch >= 0, "RoIAlign: a roi's batch index is negative"),
+                  require(tf, batch < n, "RoIAlign: a roi's batch index is past the batch of "
+                          "X (input `rois` column 0 must be below X's images)")]
         scale = f32(tf, self.spatial_scale)
         offset = f32(tf, 0.5 if self.aligned else 0.0)
         x1, y1, x2, y2 = (box[:, k] * scale - offset for k in range(4))
         roi_w, roi_h = x2 - x1, y2 - y1
         if self.aligned:
-            checks.append(tf.debugging.assert_non_negative(
-                tf.minimum(roi_w, roi_h), message="RoIAlign (aligned=1): ROIs in ROIAlign do "
-                "not have non-negative size"))
+            checks.append(require(tf, tf.minimum(roi_w, roi_h) >= 0.0, "RoIAlign (aligned=1): "
+                                  "ROIs in ROIAlign do not have non-negative size"))
         else:
             roi_w, roi_h = tf.maximum(roi_w, 1.0), tf.maximum(roi_h, 1.0)
         bin_h = roi_h / float(self.pooled_h)
@@ -272,17 +270,14 @@ class Caffe2BBoxTransform(DetectionLayer):
         if rois.shape[-1] == 5:
             ids = tf.cast(rois[:, 0], tf.int32)
             box = rois[:, 1:]
-            checks = [tf.debugging.assert_greater_equal(
-                ids, 0, message="BBoxTransform: a roi's batch index is negative"),
-                tf.debugging.assert_less(
-                ids, batch, message="BBoxTransform: a roi's batch index is not below "
-                "im_info's rows (Caffe2: roi_batch_id < batch_size)")]
+            checks = [require(tf, ids >= 0, "BBoxTransform: a roi's batch index is negative"),
+                      require(tf, ids < batch, "BBoxTransform: a roi's batch index is not below "
+                              "im_info's rows (Caffe2: roi_batch_id < batch_size)")]
         else:
             ids = tf.zeros([r], tf.int32)
             box = rois
-            checks = [tf.debugging.assert_equal(
-                batch, 1, message="BBoxTransform: 4-column rois take one image (Caffe2: "
-                "batch_size == 1)")]
+            checks = [require(tf, tf.equal(batch, 1), "BBoxTransform: 4-column rois take one "
+                              "image (Caffe2: batch_size == 1): input `im_info` must have 1 row")]
         with tf.control_dependencies(checks):
             counts = tf.math.bincount(ids, minlength=batch, maxlength=batch, dtype=tf.int32)
         # the i-th contiguous block of rows is image i's (Caffe2's rule, see the docstring)
@@ -473,15 +468,16 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
     and ``rois_idx_restore`` (int32) is the permutation that takes the levels' rows,
     concatenated, back to ``rois`` order (``rois == concat(levels)[rois_idx_restore]``).
 
-    Batch > 1: Caffe2 sorts across images, so the images' rois interleave, and BBoxTransform
-    and BoxWithNMSLimit after it read each image's rows as one contiguous block: at batch 2
-    Caffe2 reports detections under the wrong image (the ``e2e_d2_b2`` case). With
-    ``group_by_image=True`` the selected rois (the same set) are reordered by their batch
-    index, stably (within an image, score order stays), before the levels are assigned, so
-    each image's rows form one block downstream and every image's detections are its own.
-    This deviates from Caffe2's row order (and so from its misattributed detections); with
-    ``group_by_image=False`` (the default) the layer reproduces Caffe2 exactly. At batch 1
-    the two are the same.
+    Batch > 1: Caffe2 sorts across images and keeps the ``rpn_post_nms_topN`` best of the
+    whole batch, so the images' rois interleave, and BBoxTransform and BoxWithNMSLimit after
+    it read each image's rows as one contiguous block: at batch 2 Caffe2 reports detections
+    under the wrong image (the ``e2e_d2_b2`` case), and an image's detections depend on the
+    other images of the batch. With ``group_by_image=True`` each image keeps its own
+    ``rpn_post_nms_topN`` best rois (detectron2's per-image meaning of the cap), grouped by
+    batch index in score order, so each image's rows form one block downstream and every
+    image gets what it gets alone. This deviates from Caffe2's rows (and so from its
+    misattributed detections); with ``group_by_image=False`` (the default) the layer
+    reproduces Caffe2 exactly. At batch 1 the two are the same.
 
     Args:
         roi_canonical_scale, roi_canonical_level, roi_min_level, roi_max_level,
@@ -537,6 +533,19 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
     def _levels(self):
         return range(self.roi_min_level, self.roi_max_level + 1)
 
+    def _best_of_each_image(self, rois, order):
+        """``order`` (all rows, best score first) regrouped by image, stably, and cut to the
+        ``rpn_post_nms_topN`` best of each image."""
+        tf = self._tf
+        image = tf.gather(rois[:, 0], order)
+        by_image = tf.argsort(image, stable=True)
+        order, image = tf.gather(order, by_image), tf.gather(image, by_image)
+        _, group = tf.unique(image)
+        index = tf.range(tf.size(order))
+        start = tf.math.unsorted_segment_min(index, group, tf.reduce_max(group) + 1)
+        rank = index - tf.gather(start, group)
+        return tf.boolean_mask(order, rank < self.rpn_post_nms_top_n)
+
     def compute_output_spec(self, inputs):
         rois = [keras.KerasTensor((None, 5), "float32") for _ in range(len(self._levels()) + 1)]
         return rois + [keras.KerasTensor((None,), "int32")]
@@ -563,15 +572,15 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
             rois = tf.concat(rois, 0)
             scores = tf.concat(scores, 0)
         order = tf.argsort(scores, direction="DESCENDING", stable=True)
-        order = order[:max(self.rpn_post_nms_top_n, 0)]
-        rois = tf.gather(rois, order)
         if self.group_by_image:
-            rois = tf.gather(rois, tf.argsort(rois[:, 0], stable=True))
+            order = self._best_of_each_image(rois, order)
+        else:
+            order = order[:max(self.rpn_post_nms_top_n, 0)]
+        rois = tf.gather(rois, order)
         one = f32(tf, float(self.legacy_plus_one))
         areas = (rois[:, 3] - rois[:, 1] + one) * (rois[:, 4] - rois[:, 2] + one)
-        check = tf.debugging.assert_non_negative(
-            areas, message="CollectAndDistributeFpnRpnProposals: a roi has a negative area "
-            "(Caffe2: 'Negative areas founds')")
+        check = require(tf, areas >= 0.0, "CollectAndDistributeFpnRpnProposals: a roi has a "
+                        "negative area (Caffe2: 'Negative areas founds')")
         with tf.control_dependencies([check]):
             scale = tf.sqrt(areas) / f32(tf, float(self.roi_canonical_scale))
         log2 = tf.math.log(scale + f32(tf, 1e-6)) / f32(tf, math.log(2.0))

@@ -35,7 +35,14 @@ def f32(tf, value):
 def require(tf, condition, message):
     """A run-time check (``InvalidArgumentError`` with ``message``) that every element of
     ``condition`` holds; ``message`` names the op, its inputs and the rule."""
-    return tf.debugging.assert_equal(tf.reduce_all(condition), True, message=message)
+    holds = tf.reduce_all(condition)
+    if tf.executing_eagerly():  # the message alone, not Assert's "Expected ... to be true"
+        if not bool(holds):
+            raise tf.errors.InvalidArgumentError(None, None, message)
+        return None
+    # Assert with string data only: no tf.cond guard, which TensorFlow's loop optimizer
+    # warns about when its output gates a loop
+    return tf.debugging.Assert(holds, [message])
 
 
 def same_rows(tf, op, first, a, second, b, rule):
