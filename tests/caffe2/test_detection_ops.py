@@ -529,3 +529,13 @@ def test_thresholds_and_float_arguments_in_range():
     with pytest.raises(ValueError, match="`score_thresh` of BoxWithNMSLimit must be a finite"):
         A.box_with_nms_limit_args(Operator("BoxWithNMSLimit", ("s", "b"), ("s", "b", "c"),
                                            {"score_thresh": float("nan")}))
+
+
+def test_bbox_transform_weights_must_divide():
+    from tfinit.caffe2 import Operator
+
+    for weights in ([10.0, 0.0, 5.0, 5.0], [10.0, float("inf"), 5.0, 5.0]):
+        with pytest.raises(ValueError, match="`weights` of BBoxTransform must be finite and "
+                                             "non-zero"):
+            A.bbox_transform_args(Operator("BBoxTransform", ("r", "d", "i"), ("b",),
+                                           {"weights": weights}))

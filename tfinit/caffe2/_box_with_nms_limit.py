@@ -35,6 +35,10 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
             keeps_size).
         **kwargs: base ``keras.layers.Layer`` arguments.
 
+    Called with ``images`` (the ``im_info`` ``[N, 3]`` of the BBoxTransform that made the
+    boxes) and no ``batch_splits``, it refuses N > 1 when run: Caffe2 would merge the images'
+    rows into one image's detections, with no image index.
+
     Returns:
         Called on ``(scores [R, K], boxes [R, 4 * box classes][, batch_splits [N]])``: a list
         of ``scores [D]``, ``boxes [D, 4]``, ``classes [D]`` (float32; ``j``, or ``j - 1``
@@ -44,8 +48,9 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
 
     Raises:
         ValueError: a backend other than TensorFlow, a bad ``soft_nms_method`` or
-            ``num_outputs``; when run, ``batch_splits`` not summing to the rows
-            (``InvalidArgumentError``).
+            ``num_outputs``; when run (``InvalidArgumentError``): scores and boxes of other
+            row counts, a NaN or inf in them, ``batch_splits`` negative or not summing to the
+            rows, several ``images`` without ``batch_splits``.
 
     Example:
 

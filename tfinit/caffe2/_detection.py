@@ -63,8 +63,10 @@ class Caffe2RoIAlign(DetectionLayer):
         Called on ``(X [N, H, W, C], rois [R, 4 or 5])``: ``[R, pooled_h, pooled_w, C]``.
 
     Raises:
-        ValueError: on a backend other than TensorFlow; when run, a roi's batch index out of
-            ``[0, N)`` or a negative size with ``aligned`` (``InvalidArgumentError``).
+        ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
+            a NaN or inf roi, a roi's batch index out of ``[0, N)``, a negative size with
+            ``aligned``, or (adaptive sampling) a roi over ``pooled x (H + 2)`` cells. A NaN
+            in X reaches the bins that sample it.
 
     Example:
 
@@ -220,7 +222,9 @@ class Caffe2BBoxTransform(DetectionLayer):
 
     Raises:
         ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
-            a batch index out of ``[0, N)``, or 4-column rois with N > 1.
+            rois and deltas of other row counts, a NaN or inf in them, an ``im_info`` value
+            not positive and finite, a batch index out of ``[0, N)``, or 4-column rois with
+            N > 1.
 
     Example:
 
@@ -326,7 +330,9 @@ class Caffe2GenerateProposals(DetectionLayer):
         ``[rois [R, 5], rois_probs [R]]``, images in order.
 
     Raises:
-        ValueError: anchors not ``[A, 4]``; a backend other than TensorFlow.
+        ValueError: anchors not ``[A, 4]``; a backend other than TensorFlow; when run
+            (``InvalidArgumentError``): scores and deltas of other images, height or width,
+            ``im_info`` not one positive, finite row per image, a NaN or inf score or delta.
 
     Example:
 
@@ -492,8 +498,9 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
         rois_idx_restore]``.
 
     Raises:
-        ValueError: a backend other than TensorFlow, a wrong number of inputs; when run, a
-            roi of negative area (Caffe2: "Negative areas founds").
+        ValueError: a backend other than TensorFlow, a wrong number of inputs; when run
+            (``InvalidArgumentError``), a level's rois and scores of other row counts, a NaN
+            or inf in them, a roi of negative area (Caffe2: "Negative areas founds").
 
     Example:
 

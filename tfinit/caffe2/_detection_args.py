@@ -245,7 +245,8 @@ def bbox_transform_args(op):
     not read by Caffe2 1.8.1 (accepted, ignored).
 
     Raises:
-        ValueError: ``weights`` not 4 floats, ``rotated=1``, a mistyped argument.
+        ValueError: ``weights`` not 4 finite, non-zero floats, ``rotated=1``, a mistyped
+            argument.
     """
     _io_count(op, (3,), (1, 2))
     weights = op.args.get("weights", (1.0, 1.0, 1.0, 1.0))
@@ -258,6 +259,10 @@ def bbox_transform_args(op):
         raise ValueError(f"Argument `weights` of {_where(op)} must be 4 floats [wx, wy, ww, "
                          f"wh] (Caffe2: 'weights size must be 4'). Received: "
                          f"weights={_shown(weights)}")
+    if not all(math.isfinite(v) and v != 0 for v in map(float, weights)):
+        raise ValueError(f"Argument `weights` of {_where(op)} must be finite and non-zero (the "
+                         f"deltas are divided by them: Caffe2 would give inf or NaN boxes). "
+                         f"Received: weights={_shown(weights)}")
     _refuse_rotated(op)
     _rotated_args(op)
     return BBoxTransformArgs(tuple(float(v) for v in weights), _bool(op, "apply_scale", True),

@@ -6,11 +6,13 @@ the op's layer of ``_detection`` on the net's tensors (4-D feature maps are NHWC
 the model, as those layers take them). The rules are in docs/caffe2-ops.md.
 
 Batch > 1: Caffe2 1.8.1's CollectAndDistributeFpnRpnProposals sorts the rois of all images
-together, and BBoxTransform and BoxWithNMSLimit then read each image's rows as one block,
-so some detections are reported under another image. In a net where a BBoxTransform reads
-Collect's ``rois`` (every Detectron-style net), the converter orders the selected rois by
-image (``group_by_image=True``): each image's detections are then its own. A net of
-Collect alone keeps Caffe2's order exactly.
+together and caps the whole batch, and BBoxTransform and BoxWithNMSLimit then read each
+image's rows as one block, so some detections are reported under another image. In a net
+where a BBoxTransform reads Collect's ``rois`` (every Detectron-style net), the converter
+builds Collect with ``group_by_image=True``: each image keeps its own best rois, in one
+block, and gets what it gets alone. A net of Collect alone keeps Caffe2's order exactly. A
+BoxWithNMSLimit reading a BBoxTransform's boxes without ``batch_splits`` is given that
+BBoxTransform's ``im_info``, and refuses a batch of several images when run.
 """
 
 from tfinit.caffe2 import _detection_args as args_of
