@@ -67,6 +67,9 @@ def mutate(rng, case, net, params, inputs):
     kind = KINDS[rng.integers(len(KINDS))]
     ops = list(net.ops)
     k = int(rng.integers(len(ops)))
+    detection = [j for j, op in enumerate(ops) if op.type in OPS]
+    if kind in ("arg", "io") and detection and rng.random() < 0.8:  # in a net: its 5 ops
+        k = detection[rng.integers(len(detection))]
     op = ops[k]
     if kind == "arg":
         args = dict(op.args)

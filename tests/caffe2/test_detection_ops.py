@@ -539,3 +539,13 @@ def test_bbox_transform_weights_must_divide():
                                              "non-zero"):
             A.bbox_transform_args(Operator("BBoxTransform", ("r", "d", "i"), ("b",),
                                            {"weights": weights}))
+
+
+@pytest.mark.parametrize("group_by_image", [False, True])
+def test_collect_of_no_proposals_gives_no_rois(group_by_image):
+    """Found by tests/caffe2/detfuzz.py: no proposals on any level (an image whose boxes all
+    fall out) gave UnsortedSegmentMin's raw error with group_by_image."""
+    layer = D.Caffe2CollectAndDistributeFpnRpnProposals(**_COLLECT, group_by_image=group_by_image)
+    none = np.zeros((0, 5), np.float32)
+    rois, fpn2, fpn3, restore = layer([none, none, np.zeros(0, "f"), np.zeros(0, "f")])
+    assert rois.shape == (0, 5) and fpn2.shape == fpn3.shape == (0, 5) and restore.shape == (0,)

@@ -549,7 +549,7 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
         order, image = tf.gather(order, by_image), tf.gather(image, by_image)
         _, group = tf.unique(image)
         index = tf.range(tf.size(order))
-        start = tf.math.unsorted_segment_min(index, group, tf.reduce_max(group) + 1)
+        start = tf.math.unsorted_segment_min(index, group, tf.size(order))  # images <= rows
         rank = index - tf.gather(start, group)
         return tf.boolean_mask(order, rank < self.rpn_post_nms_top_n)
 
