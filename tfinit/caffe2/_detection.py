@@ -64,9 +64,9 @@ class Caffe2RoIAlign(DetectionLayer):
 
     Raises:
         ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
-            a NaN or inf roi, a roi's batch index out of ``[0, N)``, a negative size with
-            ``aligned``, or (adaptive sampling) a roi over ``pooled x (H + 2)`` cells. A NaN
-            in X reaches the bins that sample it.
+            a NaN or inf in X or the rois, a roi's batch index out of ``[0, N)``, a negative
+            size with ``aligned``, or (adaptive sampling) a roi over ``pooled x (H + 2)``
+            cells.
 
     Example:
 
@@ -98,6 +98,8 @@ class Caffe2RoIAlign(DetectionLayer):
         tf = self._tf
         x = tf.convert_to_tensor(x, tf.float32)
         rois = tf.convert_to_tensor(rois, tf.float32)
+        with tf.control_dependencies([finite(tf, "RoIAlign", "X", x)]):
+            x = tf.identity(x)  # a feature map overflowed upstream: refused, not pooled
         empty = tf.zeros([0, self.pooled_h, self.pooled_w, tf.shape(x)[3]], tf.float32)
         return tf.cond(tf.shape(rois)[0] > 0, lambda: self._pool(x, rois), lambda: empty)
 

@@ -54,11 +54,11 @@ def same_rows(tf, op, first, a, second, b, rule):
 
 def finite(tf, op, name, x):
     """Check that input ``name`` holds no NaN or inf: the detection ops select and rank by
-    value, and would silently drop or misplace a non-finite row."""
+    value, and would silently drop or misplace a non-finite row (or pool it into masks)."""
     return require(tf, tf.math.is_finite(x),
                    f"{op}: input `{name}` holds NaN or inf; detection ops refuse non-finite "
-                   f"rois, boxes, deltas, scores and im_info (a NaN would silently drop or "
-                   f"misplace detections)")
+                   f"feature maps, rois, boxes, deltas, scores and im_info (a NaN would "
+                   f"silently drop or misplace detections, or fill their masks)")
 
 
 def image_info(tf, op, im_info):
