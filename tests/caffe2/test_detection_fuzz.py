@@ -22,7 +22,7 @@ def _detfuzz():
     return module
 
 
-@pytest.mark.slow  # 24 single-op mutants, each converted and run (about 10 s on 2 cores)
+@pytest.mark.slow  # 24 single-op mutants, each converted and run (about 3 s on 2 cores)
 def test_detection_mutants_pass_or_are_refused():
     tally = _detfuzz().fuzz(24, seed=0, nets=False)
     assert tally["defect"] == [], "\n".join(tally["defect"])
