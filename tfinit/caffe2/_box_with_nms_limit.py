@@ -6,8 +6,8 @@ holds the other detection layers and names this one too.
 
 import keras
 
-from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, per_image, greedy_nms,
-                                            soft_nms)
+from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, finite, greedy_nms,
+                                            per_image, require, same_rows, soft_nms)
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -35,6 +35,10 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
             keeps_size).
         **kwargs: base ``keras.layers.Layer`` arguments.
 
+    Called with ``images`` (the ``im_info`` ``[N, 3]`` of the BBoxTransform that made the
+    boxes) and no ``batch_splits``, it refuses N > 1 when run: Caffe2 would merge the images'
+    rows into one image's detections, with no image index.
+
     Returns:
         Called on ``(scores [R, K], boxes [R, 4 * box classes][, batch_splits [N]])``: a list
         of ``scores [D]``, ``boxes [D, 4]``, ``classes [D]`` (float32; ``j``, or ``j - 1``
@@ -44,8 +48,9 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
 
     Raises:
         ValueError: a backend other than TensorFlow, a bad ``soft_nms_method`` or
-            ``num_outputs``; when run, ``batch_splits`` not summing to the rows
-            (``InvalidArgumentError``).
+            ``num_outputs``; when run (``InvalidArgumentError``): scores and boxes of other
+            row counts, a NaN or inf in them, ``batch_splits`` negative or not summing to the
+            rows, several ``images`` without ``batch_splits``.
 
     Example:
 
@@ -93,25 +98,49 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
                 "output_classes_include_bg_cls": self.output_classes_include_bg_cls,
                 "legacy_plus_one": self.legacy_plus_one, "num_outputs": self.num_outputs}
 
-    def compute_output_spec(self, scores, boxes, batch_splits=None):
+    def compute_output_spec(self, scores, boxes, batch_splits=None, images=None):
         specs = [keras.KerasTensor((None,), "float32"), keras.KerasTensor((None, 4), "float32"),
                  keras.KerasTensor((None,), "float32"), keras.KerasTensor((None,), "float32"),
                  keras.KerasTensor((None,), "int32"),
                  keras.KerasTensor((None, scores.shape[-1]), "int32")]
         return specs[:self.num_outputs]
 
-    def call(self, scores, boxes, batch_splits=None):
+    def _one_image_only(self, images):
+        tf = self._tf
+        count = tf.shape(images)[0]
+        return require(tf, count <= 1,
+                       f"BoxWithNMSLimit (layer {self.name!r}) without a `batch_splits` input "
+                       f"treats every row as one image, as Caffe2 does, so a batch of several "
+                       f"images would merge their detections with no image index: feed "
+                       f"batch_splits (BBoxTransform's second output, roi_batch_splits) to "
+                       f"BoxWithNMSLimit or run the images one by one (a batch of 1)")
+
+    def call(self, scores, boxes, batch_splits=None, images=None):
         tf = self._tf
         scores = tf.convert_to_tensor(scores, tf.float32)
         boxes = tf.convert_to_tensor(boxes, tf.float32)
+        op = "BoxWithNMSLimit"
+        checks = [finite(tf, op, "scores", scores), finite(tf, op, "boxes", boxes),
+                  same_rows(tf, op, "scores", scores, "boxes", boxes,
+                            "one row of boxes per row of scores")]
+        with tf.control_dependencies(checks):
+            scores, boxes = tf.identity(scores), tf.identity(boxes)
         rows = tf.shape(scores)[0]
         if batch_splits is None:
             splits = rows[None]
+            if images is not None:
+                with tf.control_dependencies([self._one_image_only(images)]):
+                    splits = tf.identity(splits)
         else:
-            splits = tf.cast(tf.convert_to_tensor(batch_splits, tf.float32), tf.int32)
-            check = tf.debugging.assert_equal(
-                tf.reduce_sum(splits), rows, message="BoxWithNMSLimit: batch_splits must sum "
-                "to the rows of scores (Caffe2: batch_splits.sum() == N)")
+            splits = tf.convert_to_tensor(batch_splits, tf.float32)
+            check = require(tf, tf.math.is_finite(splits) & (splits >= 0.0),
+                            "BoxWithNMSLimit: input `batch_splits` must hold finite, "
+                            "non-negative row counts")
+            with tf.control_dependencies([check]):
+                splits = tf.cast(splits, tf.int32)
+            check = require(tf, tf.equal(tf.reduce_sum(splits), rows), "BoxWithNMSLimit: "
+                            "batch_splits must sum to the rows of scores (Caffe2: "
+                            "batch_splits.sum() == N)")
             with tf.control_dependencies([check]):
                 splits = tf.identity(splits)
         starts = tf.cumsum(splits, exclusive=True)

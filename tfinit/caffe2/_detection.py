@@ -26,8 +26,9 @@ import keras
 import numpy as np
 
 from tfinit.caffe2._box_with_nms_limit import Caffe2BoxWithNMSLimit
-from tfinit.caffe2._detection_boxes import (DetectionLayer, f32, per_image, bbox_transform,
-                                            clip_boxes, greedy_nms)
+from tfinit.caffe2._detection_boxes import (DetectionLayer, bbox_transform, clip_boxes, f32,
+                                            finite, greedy_nms, image_info, per_image,
+                                            require, same_rows)
 
 __all__ = ["Caffe2RoIAlign", "Caffe2BBoxTransform", "Caffe2GenerateProposals",
            "Caffe2BoxWithNMSLimit", "Caffe2CollectAndDistributeFpnRpnProposals"]
@@ -62,8 +63,10 @@ class Caffe2RoIAlign(DetectionLayer):
         Called on ``(X [N, H, W, C], rois [R, 4 or 5])``: ``[R, pooled_h, pooled_w, C]``.
 
     Raises:
-        ValueError: on a backend other than TensorFlow; when run, a roi's batch index out of
-            ``[0, N)`` or a negative size with ``aligned`` (``InvalidArgumentError``).
+        ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
+            a NaN or inf in X or the rois, a roi's batch index out of ``[0, N)``, a negative
+            size with ``aligned``, or (adaptive sampling) a roi over ``pooled x (H + 2)``
+            cells.
 
     Example:
 
@@ -95,30 +98,32 @@ class Caffe2RoIAlign(DetectionLayer):
         tf = self._tf
         x = tf.convert_to_tensor(x, tf.float32)
         rois = tf.convert_to_tensor(rois, tf.float32)
+        with tf.control_dependencies([finite(tf, "RoIAlign", "X", x)]):
+            x = tf.identity(x)  # a feature map overflowed upstream: refused, not pooled
         empty = tf.zeros([0, self.pooled_h, self.pooled_w, tf.shape(x)[3]], tf.float32)
         return tf.cond(tf.shape(rois)[0] > 0, lambda: self._pool(x, rois), lambda: empty)
 
     def _pool(self, x, rois):
         tf = self._tf
         n = tf.shape(x)[0]
+        with tf.control_dependencies([finite(tf, "RoIAlign", "rois", rois)]):
+            rois = tf.identity(rois)  # checked first: a NaN roi fails no later check
         if rois.shape[-1] == 5:
             batch = tf.cast(rois[:, 0], tf.int32)
             box = rois[:, 1:]
         else:
             batch = tf.zeros([tf.shape(rois)[0]], tf.int32)
             box = rois
-        checks = [tf.debugging.assert_greater_equal(
-            batch, 0, message="RoIAlign: a roi's batch index is negative"),
-            tf.debugging.assert_less(
-            batch, n, message="RoIAlign: a roi's batch index is past the batch of X")]
+        checks = [require(tf, batch >= 0, "RoIAlign: a roi's batch index is negative"),
+                  require(tf, batch < n, "RoIAlign: a roi's batch index is past the batch of "
+                          "X (input `rois` column 0 must be below X's images)")]
         scale = f32(tf, self.spatial_scale)
         offset = f32(tf, 0.5 if self.aligned else 0.0)
         x1, y1, x2, y2 = (box[:, k] * scale - offset for k in range(4))
         roi_w, roi_h = x2 - x1, y2 - y1
         if self.aligned:
-            checks.append(tf.debugging.assert_non_negative(
-                tf.minimum(roi_w, roi_h), message="RoIAlign (aligned=1): ROIs in ROIAlign do "
-                "not have non-negative size"))
+            checks.append(require(tf, tf.minimum(roi_w, roi_h) >= 0.0, "RoIAlign (aligned=1): "
+                                  "ROIs in ROIAlign do not have non-negative size"))
         else:
             roi_w, roi_h = tf.maximum(roi_w, 1.0), tf.maximum(roi_h, 1.0)
         bin_h = roi_h / float(self.pooled_h)
@@ -127,8 +132,17 @@ class Caffe2RoIAlign(DetectionLayer):
             grid_h = tf.fill(tf.shape(bin_h), self.sampling_ratio)
             grid_w = grid_h
         else:
-            grid_h = tf.cast(tf.math.ceil(roi_h / float(self.pooled_h)), tf.int32)
-            grid_w = tf.cast(tf.math.ceil(roi_w / float(self.pooled_w)), tf.int32)
+            grid_h, grid_w = tf.math.ceil(bin_h), tf.math.ceil(bin_w)
+            dims = tf.cast(tf.shape(x)[1:3] + 2, tf.float32)
+            checks.append(require(
+                tf, (grid_h <= dims[0]) & (grid_w <= dims[1]),
+                f"RoIAlign (sampling_ratio <= 0, adaptive): a roi may span at most pooled_h x "
+                f"(H + 2) by pooled_w x (W + 2) cells of X after spatial_scale (pooled "
+                f"{self.pooled_h} x {self.pooled_w}); a larger one samples more points per bin "
+                f"than X has and can exhaust memory: clip the rois to the image"))
+            with tf.control_dependencies(checks[-1:]):
+                grid_h = tf.cast(grid_h, tf.int32)
+                grid_w = tf.cast(grid_w, tf.int32)
         with tf.control_dependencies(checks):
             return self._sample(x, batch, y1, x1, bin_h, bin_w, grid_h, grid_w)
 
@@ -210,7 +224,9 @@ class Caffe2BBoxTransform(DetectionLayer):
 
     Raises:
         ValueError: on a backend other than TensorFlow; when run (``InvalidArgumentError``),
-            a batch index out of ``[0, N)``, or 4-column rois with N > 1.
+            rois and deltas of other row counts, a NaN or inf in them, an ``im_info`` value
+            not positive and finite, a batch index out of ``[0, N)``, or 4-column rois with
+            N > 1.
 
     Example:
 
@@ -249,22 +265,25 @@ class Caffe2BBoxTransform(DetectionLayer):
         rois = tf.convert_to_tensor(rois, tf.float32)
         deltas = tf.convert_to_tensor(deltas, tf.float32)
         im_info = tf.convert_to_tensor(im_info, tf.float32)
+        op = "BBoxTransform"
+        first = [finite(tf, op, "rois", rois), finite(tf, op, "deltas", deltas),
+                 image_info(tf, op, im_info),
+                 same_rows(tf, op, "rois", rois, "deltas", deltas, "one row of deltas per roi")]
+        with tf.control_dependencies(first):
+            rois, deltas, im_info = (tf.identity(v) for v in (rois, deltas, im_info))
         r = tf.shape(rois)[0]
         batch = tf.shape(im_info)[0]
         if rois.shape[-1] == 5:
             ids = tf.cast(rois[:, 0], tf.int32)
             box = rois[:, 1:]
-            checks = [tf.debugging.assert_greater_equal(
-                ids, 0, message="BBoxTransform: a roi's batch index is negative"),
-                tf.debugging.assert_less(
-                ids, batch, message="BBoxTransform: a roi's batch index is not below "
-                "im_info's rows (Caffe2: roi_batch_id < batch_size)")]
+            checks = [require(tf, ids >= 0, "BBoxTransform: a roi's batch index is negative"),
+                      require(tf, ids < batch, "BBoxTransform: a roi's batch index is not below "
+                              "im_info's rows (Caffe2: roi_batch_id < batch_size)")]
         else:
             ids = tf.zeros([r], tf.int32)
             box = rois
-            checks = [tf.debugging.assert_equal(
-                batch, 1, message="BBoxTransform: 4-column rois take one image (Caffe2: "
-                "batch_size == 1)")]
+            checks = [require(tf, tf.equal(batch, 1), "BBoxTransform: 4-column rois take one "
+                              "image (Caffe2: batch_size == 1): input `im_info` must have 1 row")]
         with tf.control_dependencies(checks):
             counts = tf.math.bincount(ids, minlength=batch, maxlength=batch, dtype=tf.int32)
         # the i-th contiguous block of rows is image i's (Caffe2's rule, see the docstring)
@@ -313,7 +332,9 @@ class Caffe2GenerateProposals(DetectionLayer):
         ``[rois [R, 5], rois_probs [R]]``, images in order.
 
     Raises:
-        ValueError: anchors not ``[A, 4]``; a backend other than TensorFlow.
+        ValueError: anchors not ``[A, 4]``; a backend other than TensorFlow; when run
+            (``InvalidArgumentError``): scores and deltas of other images, height or width,
+            ``im_info`` not one positive, finite row per image, a NaN or inf score or delta.
 
     Example:
 
@@ -361,12 +382,18 @@ class Caffe2GenerateProposals(DetectionLayer):
             raise ValueError(f"{type(self).__name__} with {a} anchors takes scores [N, H, W, "
                              f"{a}] and deltas [N, H, W, {4 * a}]. Received: scores of shape "
                              f"{tuple(scores.shape)}, deltas of shape {tuple(deltas.shape)}")
+        op = "GenerateProposals"
+        checks = [finite(tf, op, "scores", scores), finite(tf, op, "bbox_deltas", deltas),
+                  image_info(tf, op, im_info),
+                  require(tf, tf.equal(tf.shape(scores)[:3], tf.shape(deltas)[:3]),
+                          f"{op}: inputs `scores` and `bbox_deltas` must have the same images, "
+                          f"height and width (one set of 4 deltas per anchor and cell)"),
+                  same_rows(tf, op, "scores", scores, "im_info", im_info,
+                            "im_info must have one row per image; Caffe2: im_info [num_images, 3]")]
+        with tf.control_dependencies(checks):
+            scores, deltas, im_info = (tf.identity(v) for v in (scores, deltas, im_info))
         shape = tf.shape(scores)
-        check = tf.debugging.assert_equal(
-            tf.shape(im_info)[0], shape[0], message="GenerateProposals: im_info must have one "
-            "row per image (Caffe2: im_info [num_images, 3])")
-        with tf.control_dependencies([check]):
-            height, width = tf.identity(shape[1]), tf.identity(shape[2])
+        height, width = shape[1], shape[2]
         stride = f32(tf, 1.0 / self.spatial_scale)
         shift_x = tf.cast(tf.range(width), tf.float32) * stride
         shift_y = tf.cast(tf.range(height), tf.float32) * stride
@@ -449,15 +476,16 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
     and ``rois_idx_restore`` (int32) is the permutation that takes the levels' rows,
     concatenated, back to ``rois`` order (``rois == concat(levels)[rois_idx_restore]``).
 
-    Batch > 1: Caffe2 sorts across images, so the images' rois interleave, and BBoxTransform
-    and BoxWithNMSLimit after it read each image's rows as one contiguous block: at batch 2
-    Caffe2 reports detections under the wrong image (the ``e2e_d2_b2`` case). With
-    ``group_by_image=True`` the selected rois (the same set) are reordered by their batch
-    index, stably (within an image, score order stays), before the levels are assigned, so
-    each image's rows form one block downstream and every image's detections are its own.
-    This deviates from Caffe2's row order (and so from its misattributed detections); with
-    ``group_by_image=False`` (the default) the layer reproduces Caffe2 exactly. At batch 1
-    the two are the same.
+    Batch > 1: Caffe2 sorts across images and keeps the ``rpn_post_nms_topN`` best of the
+    whole batch, so the images' rois interleave, and BBoxTransform and BoxWithNMSLimit after
+    it read each image's rows as one contiguous block: at batch 2 Caffe2 reports detections
+    under the wrong image (the ``e2e_d2_b2`` case), and an image's detections depend on the
+    other images of the batch. With ``group_by_image=True`` each image keeps its own
+    ``rpn_post_nms_topN`` best rois (detectron2's per-image meaning of the cap), grouped by
+    batch index in score order, so each image's rows form one block downstream and every
+    image gets what it gets alone. This deviates from Caffe2's rows (and so from its
+    misattributed detections); with ``group_by_image=False`` (the default) the layer
+    reproduces Caffe2 exactly. At batch 1 the two are the same.
 
     Args:
         roi_canonical_scale, roi_canonical_level, roi_min_level, roi_max_level,
@@ -472,8 +500,9 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
         rois_idx_restore]``.
 
     Raises:
-        ValueError: a backend other than TensorFlow, a wrong number of inputs; when run, a
-            roi of negative area (Caffe2: "Negative areas founds").
+        ValueError: a backend other than TensorFlow, a wrong number of inputs; when run
+            (``InvalidArgumentError``), a level's rois and scores of other row counts, a NaN
+            or inf in them, a roi of negative area (Caffe2: "Negative areas founds").
 
     Example:
 
@@ -513,6 +542,19 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
     def _levels(self):
         return range(self.roi_min_level, self.roi_max_level + 1)
 
+    def _best_of_each_image(self, rois, order):
+        """``order`` (all rows, best score first) regrouped by image, stably, and cut to the
+        ``rpn_post_nms_topN`` best of each image."""
+        tf = self._tf
+        image = tf.gather(rois[:, 0], order)
+        by_image = tf.argsort(image, stable=True)
+        order, image = tf.gather(order, by_image), tf.gather(image, by_image)
+        _, group = tf.unique(image)
+        index = tf.range(tf.size(order))
+        start = tf.math.unsorted_segment_min(index, group, tf.size(order))  # images <= rows
+        rank = index - tf.gather(start, group)
+        return tf.boolean_mask(order, rank < self.rpn_post_nms_top_n)
+
     def compute_output_spec(self, inputs):
         rois = [keras.KerasTensor((None, 5), "float32") for _ in range(len(self._levels()) + 1)]
         return rois + [keras.KerasTensor((None,), "int32")]
@@ -524,18 +566,30 @@ class Caffe2CollectAndDistributeFpnRpnProposals(DetectionLayer):
             raise ValueError(f"{type(self).__name__} takes 2 x {levels} inputs (rois then "
                              f"scores of rpn levels {self.rpn_min_level}-{self.rpn_max_level})."
                              f" Received: {len(inputs)}")
-        rois = tf.concat([tf.convert_to_tensor(v, tf.float32) for v in inputs[:levels]], 0)
-        scores = tf.concat([tf.convert_to_tensor(v, tf.float32) for v in inputs[levels:]], 0)
+        rois = [tf.convert_to_tensor(v, tf.float32) for v in inputs[:levels]]
+        scores = [tf.convert_to_tensor(v, tf.float32) for v in inputs[levels:]]
+        op = "CollectAndDistributeFpnRpnProposals"
+        checks = []
+        for k, (level_rois, level_scores) in enumerate(zip(rois, scores, strict=True)):
+            level = self.rpn_min_level + k
+            checks += [finite(tf, op, f"rois of rpn level {level}", level_rois),
+                       finite(tf, op, f"scores of rpn level {level}", level_scores),
+                       same_rows(tf, op, f"rois of rpn level {level}", level_rois,
+                                 f"scores of rpn level {level}", level_scores,
+                                 "one score per roi, level by level")]
+        with tf.control_dependencies(checks):
+            rois = tf.concat(rois, 0)
+            scores = tf.concat(scores, 0)
         order = tf.argsort(scores, direction="DESCENDING", stable=True)
-        order = order[:max(self.rpn_post_nms_top_n, 0)]
-        rois = tf.gather(rois, order)
         if self.group_by_image:
-            rois = tf.gather(rois, tf.argsort(rois[:, 0], stable=True))
+            order = self._best_of_each_image(rois, order)
+        else:
+            order = order[:max(self.rpn_post_nms_top_n, 0)]
+        rois = tf.gather(rois, order)
         one = f32(tf, float(self.legacy_plus_one))
         areas = (rois[:, 3] - rois[:, 1] + one) * (rois[:, 4] - rois[:, 2] + one)
-        check = tf.debugging.assert_non_negative(
-            areas, message="CollectAndDistributeFpnRpnProposals: a roi has a negative area "
-            "(Caffe2: 'Negative areas founds')")
+        check = require(tf, areas >= 0.0, "CollectAndDistributeFpnRpnProposals: a roi has a "
+                        "negative area (Caffe2: 'Negative areas founds')")
         with tf.control_dependencies([check]):
             scale = tf.sqrt(areas) / f32(tf, float(self.roi_canonical_scale))
         log2 = tf.math.log(scale + f32(tf, 1e-6)) / f32(tf, math.log(2.0))

@@ -43,6 +43,9 @@ def _float(op, name, default):
         raise ValueError(f"Argument `{name}` of {_where(op)} must be a float (Caffe2 reads it "
                          f"from the `f` field only: 'Argument {name} does not have the right "
                          f"field'). Received: {name}={_shown(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"Argument `{name}` of {_where(op)} must be a finite float (Caffe2 "
+                         f"would compute with NaN or inf). Received: {name}={value}")
     return float(value)
 
 
@@ -180,8 +183,8 @@ def generate_proposals_args(op):
     ``correct_transform_coords`` is not read by Caffe2 1.8.1.
 
     Raises:
-        ValueError: a float argument given as an int (``min_size=4``), a ``spatial_scale``
-            that is not positive.
+        ValueError: a float argument given as an int (``min_size=4``) or not finite, a
+            ``spatial_scale`` that is not positive, ``nms_thresh`` outside ``[0, 1]``.
     """
     _io_count(op, (4,), (2,))
     args = GenerateProposalsArgs(
@@ -192,6 +195,10 @@ def generate_proposals_args(op):
     if not args.spatial_scale > 0 or not math.isfinite(args.spatial_scale):
         raise ValueError(f"Argument `spatial_scale` of {_where(op)} must be a positive finite "
                          f"float. Received: spatial_scale={args.spatial_scale}")
+    if not 0.0 <= args.nms_thresh <= 1.0:
+        raise ValueError(f"Argument `nms_thresh` of {_where(op)} must be in [0, 1] (an IoU "
+                         f"threshold; TensorFlow's NMS takes no other). Received: "
+                         f"nms_thresh={args.nms_thresh}")
     return args
 
 
@@ -238,7 +245,8 @@ def bbox_transform_args(op):
     not read by Caffe2 1.8.1 (accepted, ignored).
 
     Raises:
-        ValueError: ``weights`` not 4 floats, ``rotated=1``, a mistyped argument.
+        ValueError: ``weights`` not 4 finite, non-zero floats, ``rotated=1``, a mistyped
+            argument.
     """
     _io_count(op, (3,), (1, 2))
     weights = op.args.get("weights", (1.0, 1.0, 1.0, 1.0))
@@ -251,6 +259,10 @@ def bbox_transform_args(op):
         raise ValueError(f"Argument `weights` of {_where(op)} must be 4 floats [wx, wy, ww, "
                          f"wh] (Caffe2: 'weights size must be 4'). Received: "
                          f"weights={_shown(weights)}")
+    if not all(math.isfinite(v) and v != 0 for v in map(float, weights)):
+        raise ValueError(f"Argument `weights` of {_where(op)} must be finite and non-zero (the "
+                         f"deltas are divided by them: Caffe2 would give inf or NaN boxes). "
+                         f"Received: weights={_shown(weights)}")
     _refuse_rotated(op)
     _rotated_args(op)
     return BBoxTransformArgs(tuple(float(v) for v in weights), _bool(op, "apply_scale", True),

@@ -32,6 +32,43 @@ def f32(tf, value):
     return tf.constant(np.float32(value))
 
 
+def require(tf, condition, message):
+    """A run-time check (``InvalidArgumentError`` with ``message``) that every element of
+    ``condition`` holds; ``message`` names the op, its inputs and the rule."""
+    holds = tf.reduce_all(condition)
+    if tf.executing_eagerly():  # the message alone, not Assert's "Expected ... to be true"
+        if not bool(holds):
+            raise tf.errors.InvalidArgumentError(None, None, message)
+        return None
+    # Assert with string data only: no tf.cond guard, which TensorFlow's loop optimizer
+    # warns about when its output gates a loop
+    return tf.debugging.Assert(holds, [message])
+
+
+def same_rows(tf, op, first, a, second, b, rule):
+    """Check that inputs ``first`` (``a``) and ``second`` (``b``) have as many rows."""
+    return require(tf, tf.equal(tf.shape(a)[0], tf.shape(b)[0]),
+                   f"{op}: inputs `{first}` and `{second}` must have the same number of rows "
+                   f"({rule}); a different count would pair rows wrongly")
+
+
+def finite(tf, op, name, x):
+    """Check that input ``name`` holds no NaN or inf: the detection ops select and rank by
+    value, and would silently drop or misplace a non-finite row (or pool it into masks)."""
+    return require(tf, tf.math.is_finite(x),
+                   f"{op}: input `{name}` holds NaN or inf; detection ops refuse non-finite "
+                   f"feature maps, rois, boxes, deltas, scores and im_info (a NaN would "
+                   f"silently drop or misplace detections, or fill their masks)")
+
+
+def image_info(tf, op, im_info):
+    """Check im_info ``[N, 3]``: every height, width and scale positive and finite."""
+    return require(tf, tf.math.is_finite(im_info) & (im_info > 0.0),
+                   f"{op}: input `im_info` must hold a positive, finite height, width and scale"
+                   f" in every row (a zero scale or size would give NaN boxes or no proposals"
+                   f" without a word)")
+
+
 def per_image(tf, count, fn, specs):
     """Run ``fn(i)`` for each image ``i < count`` and concatenate each of its outputs along
     axis 0 (``specs``: ``(dtype, element shape)`` of each output)."""

@@ -6,11 +6,13 @@ the op's layer of ``_detection`` on the net's tensors (4-D feature maps are NHWC
 the model, as those layers take them). The rules are in docs/caffe2-ops.md.
 
 Batch > 1: Caffe2 1.8.1's CollectAndDistributeFpnRpnProposals sorts the rois of all images
-together, and BBoxTransform and BoxWithNMSLimit then read each image's rows as one block,
-so some detections are reported under another image. In a net where a BBoxTransform reads
-Collect's ``rois`` (every Detectron-style net), the converter orders the selected rois by
-image (``group_by_image=True``): each image's detections are then its own. A net of
-Collect alone keeps Caffe2's order exactly.
+together and caps the whole batch, and BBoxTransform and BoxWithNMSLimit then read each
+image's rows as one block, so some detections are reported under another image. In a net
+where a BBoxTransform reads Collect's ``rois`` (every Detectron-style net), the converter
+builds Collect with ``group_by_image=True``: each image keeps its own best rois, in one
+block, and gets what it gets alone. A net of Collect alone keeps Caffe2's order exactly. A
+BoxWithNMSLimit reading a BBoxTransform's boxes without ``batch_splits`` is given that
+BBoxTransform's ``im_info``, and refuses a batch of several images when run.
 """
 
 from tfinit.caffe2 import _detection_args as args_of
@@ -45,6 +47,11 @@ def roi_align(b, op, x, rois):
     args = args_of.roi_align_args(op)
     _check_order(b, op)
     args_of.check_roi_align_shapes(op, _per_example(b, x), _per_example(b, rois))
+    if args.sampling_ratio > 0:  # one roi's sampling grid is built whole: refuse a huge one
+        b.check_size(op, f"one roi's sampling grid of {op.type} (pooled_h x sampling_ratio by "
+                     f"pooled_w x sampling_ratio points per channel)",
+                     [None, args.pooled_h * args.sampling_ratio,
+                      args.pooled_w * args.sampling_ratio, x.shape[-1] or 1])
     return Caffe2RoIAlign(**args.layer_kwargs(), name=b.name(op.outputs[0]))(x, rois)
 
 
@@ -73,6 +80,9 @@ def box_with_nms_limit(b, op, *inputs):
     args_of.check_box_with_nms_limit_shapes(op, args, *(_per_example(b, x) for x in inputs))
     layer = Caffe2BoxWithNMSLimit(**args.layer_kwargs(), num_outputs=len(op.outputs),
                                   name=b.name(op.outputs[0]))
+    images = b.nms_images.get(op.inputs[1]) if len(inputs) == 2 else None
+    if images in b.blobs:  # boxes of a BBoxTransform, no batch_splits: one image at a time
+        return _listed(layer(*inputs, images=b.blobs[images]))
     return _listed(layer(*inputs))
 
 
@@ -96,3 +106,10 @@ def static_checks(reader):
 def bbox_rois(net):
     """The blobs a BBoxTransform reads as rois (Collect's ``rois`` in a full net)."""
     return {op.inputs[0] for op in net.ops if op.type == "BBoxTransform" and op.inputs}
+
+
+def nms_images(net):
+    """BBoxTransform's ``box_out`` blob -> its ``im_info`` blob: a BoxWithNMSLimit reading
+    those boxes without ``batch_splits`` refuses a batch of several images."""
+    return {op.outputs[0]: op.inputs[2] for op in net.ops
+            if op.type == "BBoxTransform" and len(op.inputs) == 3 and op.outputs}

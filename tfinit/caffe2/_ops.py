@@ -60,6 +60,7 @@ class Builder:
         self.shared = {}  # parameter read by several ops -> their indices (one weight)
         self.param_tensors = {}  # shared parameter -> its Caffe2Parameter's output
         self.bbox_rois = set()  # blobs a BBoxTransform reads as rois
+        self.nms_images = {}  # BBoxTransform box_out -> its im_info (_detection_ops)
         self.conv_layers = {}  # _shared.conv_key -> the Conv2D layer its Convs reuse
 
     def input_hint(self, received):

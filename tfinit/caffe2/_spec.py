@@ -207,6 +207,7 @@ SPECS = {
     **{spec.op_type: spec for spec in _DETECTION},
 }
 bbox_rois = detection.bbox_rois
+nms_images = detection.nms_images
 
 
 def data_dependent(net):

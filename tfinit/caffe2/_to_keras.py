@@ -323,6 +323,7 @@ def build(net, params, input_shape, input_format=None, limit=None, verbose=0, *,
     b.io_layout = _FORMATS[input_format] if input_format else layout
     b.data_inputs = set(data)
     b.bbox_rois = _spec.bbox_rois(net)  # Collect's rois grouped by image (_detection_ops)
+    b.nms_images = _spec.nms_images(net)  # BoxWithNMSLimit without batch_splits
     b.input_shapes = shapes
     b.inputs = []
     for blob in data:
