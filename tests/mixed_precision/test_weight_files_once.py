@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.backend_neutral, pytest.mark.slow]  # each over 1 s on
 BEFORE = REPO / "tests" / "data" / "mixed_precision_before_53"
 KINDS = {"fp32": ("pseudo_fp16", "float16", "fp32"), "split": ("pseudo_fp16", "bfloat16", "split"),
          "reverse": ("reverse", "float16", "fp32")}
+#: the kinds this backend builds (torch refuses master="split")
+HERE = sorted(k for k in KINDS if k != "split" or keras.backend.backend() != "torch")
 
 
 def _model(kind=None):
@@ -56,7 +58,7 @@ def _trained(kind, x, y):
     return model
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", HERE)
 def test_a_file_holds_each_array_once(kind, tmp_path, dtype_policy):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 2)).astype("float32")
@@ -116,7 +118,7 @@ def _expected(name):
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("kind", HERE)
 def test_a_file_written_before_loads_masters_and_state_exactly(backend, kind):
     name = f"{backend}_{kind}"
     with zipfile.ZipFile(BEFORE / f"{name}.keras") as archive, h5py.File(
