@@ -15,8 +15,10 @@ tests/mixed_precision/test_checkpoint_preemption.py. Each part prints ``OK`` at 
   ``XLA_FLAGS``): ``MasterWeightOptimizer(shard_over="batch")`` under ``DataParallel`` over
   every device checkpoints through ``OrbaxCheckpoint``; a new process restores it under
   ``LAYOUT`` (``data``: ``DataParallel`` over its own devices without ``shard_over``,
-  ``model``: ``ModelParallel`` 2x2 with ``shard_over``, ``none``: no distribution): masters
-  and optimizer state exact, and the next epoch's masters equal the first process's.
+  ``model``: ``ModelParallel`` 2x2 with ``shard_over``, ``none``: no distribution; ``same``:
+  the saving layout): masters and optimizer state exact; under ``same`` the next epoch's
+  masters equal the first process's bit for bit, under another layout (other reduction
+  orders) it trains on.
 - ``keras_train DIR``: ``model.save`` over one ``.keras`` file again and again (Keras's
   route, for the figures in docs/mixed-precision.md: no assertion on Keras's behaviour);
   ``keras_verify DIR...`` prints how many of the files left by the kills load.
@@ -121,26 +123,35 @@ def _sharded(master, layout, shard_over):
 
 def sharded_save(master, folder):
     model, (x, y) = _sharded(master, "data", "batch"), data()
-    master_layout = model.optimizer.variables[4].value.sharding
-    assert not master_layout.is_fully_replicated, master_layout  # sharded over "batch"
     checkpoint = keras.callbacks.OrbaxCheckpoint(os.path.join(folder, "orbax"),
                                                  save_freq="epoch")
     model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[checkpoint])
+    stored = {v.path: v for v in model.optimizer.variables}[
+        "net/hidden/kernel" + ("_rem" if master == "split" else "")]
+    assert not stored.value.sharding.is_fully_replicated, stored.value.sharding  # ZeRO-1
     np.savez(os.path.join(folder, "saved.npz"), **state(model))
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
     np.savez(os.path.join(folder, "after.npz"), **state(model))
 
 
 def sharded_load(master, folder, layout):
-    model = _sharded(master, layout, "batch" if layout == "model" else None)
+    same_layout = layout == "same"
+    model = _sharded(master, "data" if same_layout else layout,
+                     "batch" if layout in ("same", "model") else None)
     x, y = data()
     model.optimizer.build(model.trainable_variables)
     model.load_weights(os.path.join(folder, "orbax"))
     with np.load(os.path.join(folder, "saved.npz")) as saved:
         same(state(model), dict(saved), "restored under " + layout)
+        before = mp.get_master_weights(model)
     model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
-    with np.load(os.path.join(folder, "after.npz")) as after:
-        same(state(model), dict(after), "trained on under " + layout)
+    if same_layout:  # the same reductions: the first process's next epoch, bit for bit
+        with np.load(os.path.join(folder, "after.npz")) as after:
+            same(state(model), dict(after), "trained on under " + layout)
+    else:  # another layout sums in another order: it trains on from the exact state
+        after = mp.get_master_weights(model)
+        assert all(np.isfinite(a).all() for a in after)
+        assert any(a.tobytes() != b.tobytes() for a, b in zip(after, before, strict=True))
 
 
 class _Reference(keras.callbacks.Callback):

@@ -122,10 +122,13 @@ def test_checkpoint_manager_saves_killed_at_random_always_leave_one_that_loads(t
     print(f"CheckpointManager: {landed} of {KILLS} kills landed during a save; all load")
 
 
-@pytest.mark.slow  # four processes with host devices
+@pytest.mark.slow  # five processes with host devices
 @pytest.mark.parametrize("master", ["fp32", "split"])
 def test_a_shard_over_checkpoint_restores_onto_other_layouts(master, tmp_path):
     _run("jax", "sharded_save", master, tmp_path, devices=4)
+    _run("jax", "sharded_load", master, tmp_path, "same", devices=4)
     _run("jax", "sharded_load", master, tmp_path, "model", devices=4)
     _run("jax", "sharded_load", master, tmp_path, "data", devices=2)
-    _run("jax", "sharded_load", master, tmp_path, "none", devices=1)
+    # one device: under a distribution (without one Keras gives Orbax no target layout, and
+    # Orbax refuses the saved four-device one: docs/mixed-precision.md, the pitfalls)
+    _run("jax", "sharded_load", master, tmp_path, "data", devices=1)
