@@ -13,6 +13,7 @@ registered for serialization: each backend's class is, under the one name
 """
 
 import math
+import warnings
 
 import keras
 from keras import ops
@@ -273,28 +274,50 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         follow its own variables in ``variables`` (none on TensorFlow)."""
         return []
 
-    def load_own_variables(self, store):
-        """Keras's, for a file written on either backend, without the pairs' variables.
-
-        ``variables`` lists this optimizer's own variables, then (JAX) the pairs' variables
-        it carries as state (a pseudo_fp16 master, a reverse copy, a split remainder), then
-        the inner optimizer's. A file written on the other backend has those pair entries or
-        not; they are never read back (which variable of a pair sits there depends on the
-        scope that wrote it): the layers' entries of the same file hold the exact masters and
-        set every pair. Any other count: Keras's warning, nothing loaded.
-        """
+    def _own_variables(self):
+        """What this optimizer stores in weight files: its own variables (Keras's iterations
+        and learning rate, the loss scale and its counter), without the inner optimizer's
+        (Keras stores them under the inner optimizer's own entry) or the pairs' variables it
+        carries (the layers' entries hold their exact masters): each array once."""
         variables, inner = self.variables, self.inner_optimizer.variables
         carried = {id(v) for v in self._carried_pair_variables()}
-        own = [v for v in variables[:len(variables) - len(inner)] if id(v) not in carried]
-        in_file = len(store.keys()) - len(own) - len(inner)
+        return [v for v in variables[:len(variables) - len(inner)] if id(v) not in carried]
+
+    def save_own_variables(self, store):
+        """This optimizer's own variables only (see ``_own_variables``); a variable sharded
+        over processes (``shard_over`` on a multi-host mesh) is gathered first."""
+        shard_layouts.save_gathered(self._own_variables(), store)
+
+    def load_own_variables(self, store):
+        """This optimizer's own variables, from a file written on either backend, now or
+        before issue 48 (which stored, after them, the pairs' variables it carries on JAX and
+        then the inner optimizer's variables again: those are read as before; the inner
+        optimizer's own entry, which Keras loads next, holds the same values).
+
+        Not built: nothing loaded, and no warning of its own: its inner optimizer, built with
+        it, is not built either, and Keras warns for it (the one warning Keras mixed gives).
+        Any other count: Keras's warning, nothing loaded.
+        """
+        own, inner = self._own_variables(), self.inner_optimizer.variables
+        in_store = len(store.keys())
+        if not self.built and not self.inner_optimizer.built:
+            return
         pairs = self._update_targets(internals.optimizer_built_variables(self))[1] \
             if self.built else []
-        if in_file not in {0, len(pairs)}:
-            return super().load_own_variables(store)  # Keras's warning, nothing loaded
+        carried = in_store - len(own) - len(inner)
+        if not self.built or (in_store != len(own) and carried not in {0, len(pairs)}):
+            warnings.warn(
+                f"Skipping variable loading for optimizer '{self.name}', because it has "
+                f"{len(own)} variables of its own whereas the saved optimizer has {in_store} "
+                "variables. " + ("" if self.built else
+                                 "This is likely because the optimizer has not been "
+                                 "called/built yet."), stacklevel=2)
+            return
         for index, variable in enumerate(own):
             variable.assign(store[str(index)])
-        for index, variable in enumerate(inner, len(own) + in_file):
-            variable.assign(store[str(index)])
+        if in_store != len(own):  # a file written before: the inner optimizer's state again
+            for index, variable in enumerate(inner, len(own) + carried):
+                variable.assign(store[str(index)])
 
     # -- delegation --------------------------------------------------------------------
     def exclude_from_weight_decay(self, var_list=None, var_names=None):

@@ -145,10 +145,10 @@ def to_numpy(value):
     return multihost_utils.process_allgather(value, tiled=True)
 
 
-def save_gathered(optimizer, store):
-    """Keras's ``Optimizer.save_own_variables``, each variable gathered whole first
+def save_gathered(variables, store):
+    """Keras's ``Optimizer.save_own_variables`` of ``variables``, each gathered whole first
     (:func:`to_numpy`), so a state sharded over processes is written as one array."""
-    for index, variable in enumerate(optimizer.variables):
+    for index, variable in enumerate(variables):
         store[str(index)] = np.asarray(to_numpy(variable.value))
 
 

@@ -112,7 +112,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         shard_layouts.shard(stored, mesh, self.shard_over)
         inner = self.inner_optimizer  # its state is sharded too: gathered when saved
         internals.set_object_method(inner, "save_own_variables",
-                                    lambda store: shard_layouts.save_gathered(inner, store))
+                                    lambda store: shard_layouts.save_gathered(
+                                        inner.variables, store))
 
     def _master_of(self, pair):
         return pair.master
@@ -217,11 +218,6 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         self._open_masters(pairs)
         self.inner_optimizer.apply(unscaled, self._targets)
         self._close_masters(pairs)
-
-    def save_own_variables(self, store):
-        """Keras's, except that a variable sharded over processes (``shard_over`` on a
-        multi-host mesh) is gathered first, in every process (Keras's own read fails)."""
-        shard_layouts.save_gathered(self, store)
 
     def _carried_pair_variables(self):
         return [p.other for p in pair_records.pairs_of(getattr(self, "_built_variables", []))]

@@ -50,7 +50,7 @@ class Pair(PairRecord):
     """
 
     #: whether a 16-bit value assigned to the layer's variable keeps the master where its
-    #: bits are ``cast(master)``'s (see :func:`_keeping_unchanged_masters`)
+    #: bits are the copy's the master makes (see ``paired_variables._unchanged_elements``)
     keeps_unchanged_masters = False
 
     def __init__(self, param, other, spec):
@@ -102,6 +102,18 @@ class Pair(PairRecord):
         """copy <- cast(master)."""
         paired_variables.raw_assign(self.copy, ops.cast(self.master.value, self.copy.dtype))
 
+    def unchanged_copy(self):
+        """The 16-bit copy the master makes, ``cast(master)`` (not the copy itself: Keras
+        empties the model's variables during ``fit`` and syncs them back with assigns), or
+        None while the master holds no value."""
+        if not paired_variables.holds_value(self.master):
+            return None
+        return ops.cast(self.master.value, self.copy.dtype)
+
+    def assign_keeping(self, value, kept):
+        """Assign ``value`` but keep the master where the mask ``kept`` is true."""
+        self.assign_master(ops.where(kept, self.master.value, ops.cast(value, MASTER_DTYPE)))
+
     def check_copy_matches_master(self, master):
         """Refuse a pair whose 16-bit copy was changed without its ``master`` (numpy, read).
 
@@ -143,10 +155,11 @@ class ReversePair(ReverseRoles, Pair):
 
     @classmethod
     def made_from(cls, variable, spec):
-        copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
-                              dtype=spec.compute_dtype, trainable=False,
-                              name=variable.name + spec.other_suffix,
-                              **_layout_of(variable))
+        with _path_of(variable):  # its own path beside the master's: unique, stable
+            copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
+                                  dtype=spec.compute_dtype, trainable=False,
+                                  name=variable.name + spec.other_suffix,
+                                  **_layout_of(variable))
         return cls(variable, copy, spec)
 
     def check_copy_matches_master(self, master):
@@ -171,6 +184,8 @@ class SplitPair(SplitRoles, Pair):
     only), and splits the updated master back into (copy, remainder).
     """
 
+    keeps_unchanged_masters = True
+
     def __init__(self, param, remainder, spec, scratch):
         super().__init__(param, remainder, spec)
         self.scratch = scratch
@@ -178,9 +193,10 @@ class SplitPair(SplitRoles, Pair):
     @classmethod
     def made_from(cls, variable, spec):
         copy, remainder = jax_split.split(ops.copy(variable.value))
-        remainder = keras.Variable(remainder, dtype="int16", trainable=False,
-                                   name=variable.name + spec.other_suffix,
-                                   **_layout_of(variable))
+        with _path_of(variable):  # its own path beside the layer variable's: unique, stable
+            remainder = keras.Variable(remainder, dtype="int16", trainable=False,
+                                       name=variable.name + spec.other_suffix,
+                                       **_layout_of(variable))
         with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
             scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
                                      dtype=MASTER_DTYPE, trainable=False, name=variable.name,
@@ -210,6 +226,21 @@ class SplitPair(SplitRoles, Pair):
 
     def refresh(self):
         """Nothing: the copy is the master's top half."""
+
+    def unchanged_copy(self):
+        """The copy itself (the master's top half), or None while the copy or the remainder
+        holds no value (in ``fit``'s sync)."""
+        if not (paired_variables.holds_value(self.param)
+                and paired_variables.holds_value(self.other)):
+            return None
+        return self.param.value
+
+    def assign_keeping(self, value, kept):
+        """Assign the bfloat16 ``value`` (remainder 0) but keep copy and remainder where the
+        mask ``kept`` is true (not re-split: the stored halves stay bit for bit)."""
+        copy, remainder = jax_split.split(ops.cast(value, MASTER_DTYPE))
+        paired_variables.raw_assign(self.param, ops.where(kept, self.param.value, copy))
+        paired_variables.raw_assign(self.other, ops.where(kept, self.other.value, remainder))
 
     def check_copy_matches_master(self, master):
         """Nothing to check: the copy is the master's top half."""
@@ -314,7 +345,10 @@ def _make_pair(variable, spec):
 
 
 def _path_of(variable):
-    """A name scope in which a Keras variable named ``variable.name`` gets ``variable.path``.
+    """A name scope in which a Keras variable named ``variable.name`` gets ``variable.path``
+    (and one named ``variable.name + suffix`` the path beside it: every variable a pair adds
+    has a unique path, the same in every process that builds the model alike, which
+    ``get_state_tree``, ``OrbaxCheckpoint`` and ``BackupAndRestore`` key by).
 
     The inner optimizer keys what it does by path and name (``MultiOptimizer`` routes by
     path, ``exclude_from_weight_decay(var_names=...)`` searches names, its state variables

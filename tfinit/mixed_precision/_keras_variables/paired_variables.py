@@ -73,7 +73,11 @@ class PairedVariable(pair_kinds.PairedVariableRules, internals.WideningKerasVari
             raw_assign(self, value)
             return value
         pair = pair_kinds.record_of(self)
-        pair.assign_master(_keeping_unchanged_masters(pair, value))
+        kept = _unchanged_elements(pair, value)
+        if kept is None:
+            pair.assign_master(value)
+        else:
+            pair.assign_keeping(value, kept)
         return value
 
     def assign_add(self, value):
@@ -113,26 +117,29 @@ def _written_back_from_a_step(variable, value):
             and not internals.in_stateless_scope())
 
 
-def _keeping_unchanged_masters(pair, value):
-    """What to set the master to for an assign of ``value``: ``value``, except where a 16-bit
-    ``value`` (eager, outside a stateless scope) given to a pseudo_fp16 pair with an fp32
-    master has ``cast(master)``'s bits: there the master itself.
+def _unchanged_elements(pair, value):
+    """Where an assign of ``value`` keeps the master: None (nowhere), or a mask of the
+    elements of a 16-bit ``value`` (eager, outside a stateless scope) given to a pseudo_fp16
+    pair (fp32 or split master) whose bits are the copy's its master makes
+    (``pair.unchanged_copy()``). So ``set_weights(get_weights())`` and Keras's
+    ``set_state_tree`` (whatever order it assigns the copies and the optimizer's variables
+    in) leave every master bit-identical.
 
-    (Compared with the master's cast, not the copy: Keras empties the model's variables
-    during ``fit`` and syncs them back with assigns.) A master holding no value is not
-    compared: Keras's JAX trainer syncs the model's variables back before the optimizer's,
-    so while it assigns the copy the master, optimizer state of the step, is empty (``fit``)
-    or the array the step consumed (``train_on_batch``); its own sync, next, sets it."""
-    copy, master = pair.copy, pair.master
+    A master holding no value is not compared (``unchanged_copy()`` is None): Keras's JAX
+    trainer syncs the model's variables back before the optimizer's, so while it assigns the
+    copy the master, optimizer state of the step, is empty (``fit``) or the array the step
+    consumed (``train_on_batch``); its own sync, next, sets it."""
+    copy = pair.copy
     if (not pair.keeps_unchanged_masters or active.is_traced(value)
-            or internals.in_stateless_scope() or not holds_value(master)
-            or not hasattr(value, "dtype")
+            or internals.in_stateless_scope() or not hasattr(value, "dtype")
             or keras.backend.standardize_dtype(value.dtype) != copy.dtype
             or tuple(value.shape) != tuple(copy.shape)):
-        return value
-    same = ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
-                     ops.view(ops.cast(master.value, copy.dtype), "int16"))
-    return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
+        return None
+    reference = pair.unchanged_copy()
+    if reference is None:
+        return None
+    return ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
+                     ops.view(reference, "int16"))
 
 
 def _master_of_read(pair, copy_value):

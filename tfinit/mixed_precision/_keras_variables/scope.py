@@ -78,7 +78,39 @@ def _adopt_constructed_layers(state):
     scope_hooks.adopt_constructed_layers(
         state, MasterWeightOptimizer,
         after_build=lambda state, layer: pair_records.pair_pending(),
-        adopt_model=_wrap_loss_step if active.STEP_HANDS_IN_MASTERS else None)
+        adopt_model=_adopt_model)
+
+
+def _adopt_model(model):
+    if active.STEP_HANDS_IN_MASTERS:
+        _wrap_loss_step(model)
+    _assign_layers_first(model)
+
+
+#: the order ``set_state_tree`` assigns the parts of a state tree in (others after them)
+_STATE_ORDER = ("trainable_variables", "non_trainable_variables", "optimizer_variables",
+                "metrics_variables")
+
+
+def _assign_layers_first(model):
+    """Keras's ``set_state_tree`` assigns the parts of a tree in the order of its keys, and
+    a tree Orbax restores has them sorted (the optimizer's before the layers'); a split pair's
+    copy assigned after its remainder would set that remainder to zero. So the model assigns
+    the layers' variables first, then the optimizer's (the masters and remainders it
+    carries), as Keras's ``fit`` syncs them back."""
+    if internals.has_object_method(model, "set_state_tree"):
+        return
+    set_state_tree = model.set_state_tree
+
+    @functools.wraps(set_state_tree)
+    def set_state_tree_layers_first(state_tree):
+        if isinstance(state_tree, dict):
+            rank = {key: index for index, key in enumerate(_STATE_ORDER)}
+            state_tree = dict(sorted(state_tree.items(),
+                                     key=lambda item: rank.get(item[0], len(rank))))
+        return set_state_tree(state_tree)
+
+    internals.set_object_method(model, "set_state_tree", set_state_tree_layers_first)
 
 
 def _wrap_loss_step(model):

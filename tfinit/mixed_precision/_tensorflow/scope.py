@@ -138,7 +138,32 @@ def _adopt_constructed_layers(state):
     constructed in it and not built yet builds inside it (its variables created later by
     Keras too: ``_defer_pairing``)."""
     scope_hooks.adopt_constructed_layers(state, MasterWeightOptimizer, _defer_pairing,
-                                          creating=_creating)
+                                          creating=_creating, adopt_model=_refuse_state_tree)
+
+
+def _refuse_state_tree(model):
+    """On TensorFlow a pseudo_fp16 master is no Keras variable of the model, so a state tree
+    (``get_state_tree``, what Keras's ``OrbaxCheckpoint`` saves) would hold only the 16-bit
+    copies: refused for a model with such pairs, naming the routes that keep the masters."""
+    if internals.has_object_method(model, "get_state_tree"):
+        return
+    get_state_tree = model.get_state_tree
+
+    @functools.wraps(get_state_tree)
+    def get_state_tree_keeping_masters(*args, **kwargs):
+        copies = [v.path for v in model.weights
+                  if (pair := pair_records.pair_of(v)) is not None and pair.computes_with_copy]
+        if copies:
+            raise ValueError(
+                f"get_state_tree: variable {copies[0]!r} (and {len(copies) - 1} more) is the "
+                "16-bit copy of an fp32 master that is no Keras variable on TensorFlow, so a "
+                "state tree (and keras.callbacks.OrbaxCheckpoint) would drop the masters. On "
+                "TensorFlow checkpoint with tf.train.CheckpointManager (survives a kill "
+                "during a save), keras.callbacks.BackupAndRestore or .weights.h5 files; "
+                "Orbax checkpoints keep the masters on the JAX backend.")
+        return get_state_tree(*args, **kwargs)
+
+    internals.set_object_method(model, "get_state_tree", get_state_tree_keeping_masters)
 
 
 def _defer_pairing(state, layer):
