@@ -49,3 +49,46 @@ def test_the_torch_pass_runs_the_torch_tests_on_torch_with_tensorflow_blocked():
     assert "tests/mixed_precision/test_keras_parity.py" in command
     assert "assert keras.backend.backend() == 'torch'" in run
     assert (REPO / ".ci" / "torch-version.txt").read_text().count("torch==") == 1
+
+
+def _pins(name):
+    return [line for line in (REPO / ".ci" / name).read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_the_main_tests_run_the_readme_command_on_python_3_12():
+    run = (REPO / ".ci" / "run").read_text()
+    assert re.search(r'^PATH="\$SIDE/python312:\$PATH" \\\npython3 -m venv \.venv && ', run,
+                     flags=re.M), "step 1 is the README's command with python3 = Python 3.12"
+    assert 'ln -s "$PY312" "$SIDE/python312/python3"' in run
+
+
+def test_the_nightly_pass_runs_a_pinned_keras_nightly_in_place_of_keras():
+    (pin,) = _pins("keras-nightly.txt")
+    assert re.fullmatch(r"keras-nightly==\d+\.\d+\.\d+\.dev\d+", pin), pin
+    run = (REPO / ".ci" / "run").read_text()
+    # keras-nightly provides the `keras` package: keras is uninstalled before it installs
+    assert run.index('uninstall -q -y keras keras-hub') < run.index("-r .ci/keras-nightly.txt")
+    assert '"$SIDE/nightly/bin/python" -m pytest -p no:cacheprovider -m "not slow"\n' in run
+
+
+def test_the_declared_ranges_are_what_ci_runs():
+    """setup.cfg's bounds, tfinit/_versions.py's range and the oldest pair CI pins agree;
+    the Python classifiers are the versions CI runs on."""
+    from tfinit import _versions
+
+    setup = (REPO / "setup.cfg").read_text()
+    keras_range = f"keras>={_versions.KERAS[0]},<{_versions.KERAS[1]}"
+    tf_range = f"tensorflow>={_versions.TENSORFLOW[0]},<{_versions.TENSORFLOW[1]}"
+    assert keras_range in setup
+    assert setup.count("tensorflow>=") == setup.count(tf_range) >= 3  # every extra alike
+    assert f"keras=={_versions.KERAS[0]}" in _pins("min-versions.txt")
+    assert f"tensorflow=={_versions.TENSORFLOW[0]}" in _pins("min-versions.txt")
+    classifiers = re.findall(r"Programming Language :: Python :: (3\.\d+)", setup)
+    run = (REPO / ".ci" / "run").read_text()
+    ci_pythons = re.findall(r'^PY3\d+="\$\(find_python (3\.\d+)\)"', run, flags=re.M)
+    assert classifiers == ci_pythons == ["3.10", "3.11", "3.12", "3.13"], (classifiers, ci_pythons)
+    assert "python_requires = >=3.10" in setup
+    for python in ci_pythons:  # each one makes a virtualenv of a pass
+        assert f'"$PY{python.replace(".", "")}" -m venv' in run or \
+            f'ln -s "$PY{python.replace(".", "")}"' in run, python

@@ -526,3 +526,26 @@ def test_variable_layout_on_jax():
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, f"{MOVED}: {proc.stderr[-2000:]}"
+
+
+def test_register_initializer_name_makes_a_bare_name_a_keras_identifier(tmp_path):
+    """On every Keras CI runs (3.10 to the 3.16 nightly): Keras's own table of initializer
+    names takes tfinit's, ``get`` and a layer resolve the bare name, and a ``.keras`` file of
+    a model built with it loads with the same initializer and weights."""
+    import tfinit
+    from keras.src import initializers
+
+    assert initializers.ALL_OBJECTS_DICT["XavierFill"] is tfinit.XavierFill, MOVED
+
+    assert isinstance(keras.initializers.get("XavierFill"), tfinit.XavierFill), MOVED
+    # Keras's own names are never shadowed
+    assert not internals.register_initializer_name(type("Zeros", (tfinit.ConstantFill,), {}))
+    assert type(keras.initializers.get("Zeros")) is keras.initializers.Zeros
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(
+        4, kernel_initializer="XavierFill", bias_initializer="ConstantFill")])
+    assert isinstance(model.layers[0].kernel_initializer, tfinit.XavierFill), MOVED
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded.layers[0].kernel_initializer, tfinit.XavierFill), MOVED
+    for a, b in zip(loaded.get_weights(), model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -35,6 +35,27 @@ def versions():
     return f"Keras {keras.__version__}, TensorFlow {tf_version}"
 
 
+# ------------------------------------------------------------------ Keras identifiers
+
+
+def register_initializer_name(cls):
+    # Public stand-in: `keras.saving.get_custom_objects()[name] = cls`, which made a bare name
+    # a Keras identifier up to Keras 3.15 (`keras.initializers.get` deserialized strings with
+    # the custom objects). From Keras 3.16 `get` looks a string up in Keras's own table only
+    # (keras/src/initializers/__init__.py, ALL_OBJECTS_DICT), which no public API extends.
+    """Make ``cls.__name__`` a string identifier of ``keras.initializers.get``.
+
+    Returns whether Keras's table took it (False: this Keras has no such table; a bare name
+    then resolves only where Keras still reads the custom objects)."""
+    from keras.src import initializers
+
+    table = getattr(initializers, "ALL_OBJECTS_DICT", None)
+    if not isinstance(table, dict):
+        return False
+    table.setdefault(cls.__name__, cls)  # never shadows one of Keras's own names
+    return table[cls.__name__] is cls
+
+
 # ------------------------------------------------------------------ Keras variables
 
 

@@ -1,7 +1,9 @@
 """The Keras and TensorFlow versions tfinit is tested on, checked at import.
 
 The range is what CI runs: the suite on the newest pair, and again on the oldest pair in a
-virtualenv with exactly the lower bounds (``.ci/run``). tfinit touches Keras/TensorFlow
+virtualenv with exactly the lower bounds (``.ci/run``; docs/development.md lists the matrix).
+CI's Keras-nightly pass runs a pinned dev build of the next release, which imports with the
+warning below until that release is tested and claimed. tfinit touches Keras/TensorFlow
 internals in one module (``tfinit/_keras_internals.py``), so a release past the upper bound
 is untested ground: it imports with a warning; a release below the lower bound is refused.
 """

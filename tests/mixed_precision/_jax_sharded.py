@@ -9,11 +9,12 @@ scratch) has its variable's sharding, and the inner optimizer's state its target
 
 ``zero1``: ``MasterWeightOptimizer(shard_over="batch")`` under ``DataParallel`` over the four
 devices and under ``ModelParallel`` 2x2, masters fp32 / split / split + bfloat16 state:
-masters bit-identical to the same run without ``shard_over``; the masters, remainders and
-Adam's state sharded over "batch" (a dimension the axis divides; a bias of 3 stays whole),
-the copies in Keras's layout; bytes per device (``jax.live_arrays``) exactly the sum the rule
-gives; ``replica_mismatches``, ``get/set_master_weights``, ``EarlyStopping`` and the
-stateless step; errors for an unknown axis and a reverse pair.
+masters equal to the same run without ``shard_over`` (within 8 float32 ulps: jaxlib 0.12
+rounds some element-wise updates on a shard one ulp apart; bit-identical on jaxlib 0.10); the
+masters, remainders and Adam's state sharded over "batch" (a dimension the axis divides; a bias
+of 3 stays whole), the copies in Keras's layout; bytes per device (``jax.live_arrays``)
+exactly the sum the rule gives; ``replica_mismatches``, ``get/set_master_weights``,
+``EarlyStopping`` and the stateless step; errors for an unknown axis and a reverse pair.
 
 ``files``: a ``.weights.h5`` and a ``.keras`` file written under ModelParallel, DataParallel
 with ``shard_over`` and one device load exactly under each of the others.
@@ -163,6 +164,24 @@ def expected_bytes(model, sizes, master, state_bytes):
     return total
 
 
+def assert_same_training(sharded, unsharded, label):
+    """The masters trained with ``shard_over`` equal the unsharded run's, up to the rounding
+    of the optimizer's element-wise arithmetic: jaxlib 0.12's CPU code for Adam's moment
+    updates on a device's shard (12 of 48 elements) rounds an element here and there one ulp
+    apart from the code for the whole array (measured: after 2 steps of DataParallel x4, 3
+    elements of each moment and 1 master element differ by 1 float32 ulp; gradients equal),
+    which the next steps carry. Bit-identical on jaxlib 0.10. A dropped or doubled shard of
+    a gradient or a step would be off by the learning rate's order (1e-2), far beyond 8
+    float32 ulps of the array's largest value."""
+    for i, (a, b) in enumerate(zip(sharded, unsharded, strict=True)):
+        tol = 8 * np.finfo(np.float32).eps * float(np.max(np.abs(b)))
+        err = float(np.max(np.abs(a.astype(np.float64) - b)))
+        assert a.shape == b.shape and err <= tol, (label, i, err, tol)
+    exact = all(a.tobytes() == b.tobytes() for a, b in zip(sharded, unsharded, strict=True))
+    print(label, "masters", "bit-identical to" if exact else "within 8 ulps of",
+          "the unsharded run")
+
+
 def check_zero1():
     for name, distribution, sizes in (
             ("DataParallel x4", data_parallel(), {"batch": 4}),
@@ -215,9 +234,7 @@ def check_zero1():
                 assert [a.tobytes() for a in mp.get_master_weights(model)] == \
                     [a.tobytes() for a in runs["batch"]], label
                 del model, optimizer
-            assert [a.tobytes() for a in runs["batch"]] == [a.tobytes() for a in runs[None]], \
-                label
-            print(label, "masters bit-identical to the unsharded run")
+            assert_same_training(runs["batch"], runs[None], label)
     # EarlyStopping restores the best masters exactly, still sharded
     keras.distribution.set_distribution(data_parallel())
     model = paired(master="split")

@@ -137,14 +137,15 @@ def assert_bitwise(have, want, labels=None, what="masters"):
     assert not bad, f"{what} differ from Keras mixed:\n  " + "\n  ".join(bad)
 
 
-def assert_close(have, want, before, dtype, labels=None, ulps=8, what="masters"):
-    """Each update ``have - before`` is within ``ulps`` compute-dtype ulps of Keras's update
-    ``want - before``, relative to the largest |update| of that array (plus the same number
-    of ulps of max|w| in float32, for the final rounding of the weight itself)."""
+def close_failures(have, want, before, dtype, labels=None, ulps=8):
+    """``{index: message}`` of the arrays whose update ``have - before`` is not within ``ulps``
+    compute-dtype ulps of the oracle's update ``want - before``, relative to the largest
+    |update| of that array (plus the same number of ulps of max|w| in float32, for the final
+    rounding of the weight itself)."""
     have, want, before = list(have), list(want), list(before)
     assert len(have) == len(want) == len(before)
     labels = labels or [str(i) for i in range(len(want))]
-    bad = []
+    bad = {}
     for i, (h, w, b) in enumerate(zip(have, want, before, strict=True)):
         h, w, b = (np.asarray(a, np.float64) for a in (h, w, b))
         assert h.shape == w.shape, labels[i]
@@ -153,10 +154,17 @@ def assert_close(have, want, before, dtype, labels=None, ulps=8, what="masters")
         tol = ulps * eps(dtype) * scale + ulps * 2.0**-23 * float(np.max(np.abs(w), initial=0))
         err = float(np.max(np.abs(step_h - step_w), initial=0))
         if not np.all(np.isfinite(h)) or err > tol:
-            bad.append(f"#{i} {labels[i]}: update differs by {err:.3g} > {tol:.3g} "
-                       f"(max|update| {scale:.3g})")
-    assert not bad, f"{what} differ from Keras mixed beyond the tolerance:\n  " + \
-        "\n  ".join(bad)
+            bad[i] = (f"#{i} {labels[i]}: update differs by {err:.3g} > {tol:.3g} "
+                      f"(max|update| {scale:.3g})")
+    return bad
+
+
+def assert_close(have, want, before, dtype, labels=None, ulps=8, what="masters",
+                 oracle="Keras mixed"):
+    """``close_failures`` finds none (see there)."""
+    bad = close_failures(have, want, before, dtype, labels, ulps)
+    assert not bad, f"{what} differ from {oracle} beyond the tolerance:\n  " + \
+        "\n  ".join(bad.values())
 
 
 def master_and_copy(variable):

@@ -53,10 +53,10 @@ spec_matrix = pytest.mark.parametrize("mode, dtype", SPECS, ids=SPEC_IDS)
 #: test name -> (why, the parameter ids concerned); run on TensorFlow, skipped on JAX with it
 JAX_GAPS = {
     'test_layer_family_fit_masters_equal_keras_mixed': (
-        'float16 MultiHeadAttention does not compile on JAX CPU, Keras mixed_float16 '
+        'float16 MultiHeadAttention does not compile on JAX 0.10 CPU, Keras mixed_float16 '
         'included: jax.nn.dot_product_attention asks for DotAlgorithmPreset.F16_F16_F32, '
         "which CPU's dot_general rejects (ValueError); the explicit-scores path matches bit "
-        'for bit (test_keras_mixed_quirks.py)',
+        'for bit (test_keras_mixed_quirks.py); where XLA compiles it (JAX 0.12) the cases run',
         ['pseudo_fp16-float16-attention', 'reverse-float16-attention']),
     'test_optimizer_fit_masters_equal_keras_mixed': (
         "Keras mixed_float16's Nadam is wrong on JAX: LossScaleOptimizer.build does not "
@@ -74,7 +74,22 @@ def _jax_gaps(request):
     name, _, param = request.node.name.partition("[")
     why, cases = JAX_GAPS.get(name, ("", ()))
     if param.rstrip("]") in cases:
+        if param.endswith("-attention]") and not _xla_cpu_refuses_float16_attention():
+            return  # JAX 0.12: XLA's CPU backend runs it (measured: bit-identical there)
         pytest.skip(f"not yet on JAX: {why}")
+
+
+def _xla_cpu_refuses_float16_attention():
+    """Whether ``jax.nn.dot_product_attention`` on float16 fails to compile (JAX 0.10's CPU
+    backend: ``DotAlgorithmPreset.F16_F16_F32``; JAX 0.12 runs it)."""
+    import jax
+
+    q = jax.numpy.ones((1, 2, 1, 4), "float16")
+    try:
+        jax.jit(jax.nn.dot_product_attention)(q, q, q).block_until_ready()
+    except ValueError:
+        return True
+    return False
 
 
 def _adam():
@@ -242,11 +257,47 @@ def test_recurrent_layers_train_like_keras_mixed(rnn, how, mode, dtype):
             assert model.jit_compile is True
     changed = [not np.array_equal(h, b) for h, b in zip(have, before, strict=True)]
     assert all(changed), f"arrays not updated: {np.array(P.names(ref))[~np.array(changed)]}"
-    P.assert_close(have, want, before, dtype, P.names(ref))  # the gist, on a failure
     compiled_by_torch = how == "jit_compile" and keras.backend.backend() == "torch"
     if not _sums_16_bit_gradients(rnn, mode) and not compiled_by_torch:
+        P.assert_close(have, want, before, dtype, P.names(ref))  # the gist, on a failure
         P.assert_bitwise(have, want, P.names(ref))
+    else:
+        _assert_close_to_keras_mixed_or_float32(have, want, before, dtype, P.names(ref),
+                                                lambda: _float32_run(rnn, how, before, x, y))
     P.assert_copies_synced(model)
+
+
+def _float32_run(rnn, how, before, x, y):
+    """The weights of the same model, trained the same way from ``before`` in float32."""
+    model = _rnn_model(rnn)()
+    model.set_weights(before)
+    if how == "tf_function":
+        P.custom_loop(model, keras.optimizers.SGD(0.1), x, y)
+    else:
+        P.fit(model, keras.optimizers.SGD(0.1), x, y, jit_compile=how == "jit_compile")
+    return model.get_weights()
+
+
+def _assert_close_to_keras_mixed_or_float32(have, want, before, dtype, labels, float32):
+    """Where neither side is exact, each array's update is within the closeness tolerance
+    of Keras mixed's, or else of the float32 run's (``float32()``), the value both
+    approximate.
+
+    The tolerance is relative to the array's total update, which is small where the steps'
+    updates cancel; there the two 16-bit computations may land a 16-bit ulp of one step's
+    update apart. Measured (JAX 0.12.1, Keras 3.15.1; pseudo_fp16, bfloat16, SimpleRNN, custom
+    loop): the Dense bias's three gradients are about +1.49, -0.01 and -1.48, its total SGD
+    update -7.83e-4 in float32; tfinit's is -7.81e-4 (on JAX 0.10.2 too), Keras mixed's
+    moved from -7.81e-4 (JAX 0.10.2) to 5.2e-9 on JAX 0.12.1, one bfloat16 ulp of a step's
+    gradient (2**-7) times the learning rate away: the oracle moved, tfinit did not."""
+    bad = P.close_failures(have, want, before, dtype, labels)
+    if not bad:
+        return
+    reference = float32()
+    index = sorted(bad)
+    P.assert_close([have[i] for i in index], [reference[i] for i in index],
+                   [before[i] for i in index], dtype, [labels[i] for i in index],
+                   oracle="Keras mixed, and from float32 training,")
 
 
 #: the recurrent layers whose cell reads each weight inside ``lax.scan``'s body on Keras's JAX

@@ -92,21 +92,44 @@ def test_failing_later_step_raises_the_users_exception(dtype_policy):
     assert type(have) is type(want) and MESSAGE in str(have), repr(have)
 
 
-@pytest.mark.skipif(BACKEND != "jax", reason="XLA on CPU refuses float16 dot_general (JAX)")
-def test_jax_mha_float16_on_cpu_raises_keras_error():
-    """The issue's case: Keras's message about float16 dot_general on CPU, not a TypeError."""
+def _mha_fit_error(scope):
+    """Fit a float16 MultiHeadAttention model built in ``scope``: (its exception or None, the
+    model)."""
+    with scope:
+        keras.utils.set_random_seed(2)
+        inputs = keras.Input((4, 8))
+        model = keras.Model(inputs, keras.layers.MultiHeadAttention(2, 4)(inputs, inputs))
+    model.compile(optimizer="adam", loss="mse")
+    try:
+        model.fit(np.ones((2, 4, 8)), np.zeros((2, 4, 8)), verbose=0)
+    except Exception as error:  # noqa: BLE001 (compared with Keras's own below)
+        return error, model
+    return None, model
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="XLA on CPU and float16 dot_general (JAX)")
+def test_jax_mha_float16_on_cpu_raises_keras_error(dtype_policy):
+    """The issue's case: where XLA on CPU refuses float16 attention (``jax.nn.dot_product_
+    attention`` asks for ``DotAlgorithmPreset.F16_F16_F32``; JAX 0.10), tfinit raises Keras
+    mixed_float16's own ``ValueError``, not a TypeError. Where XLA runs it (JAX 0.12), tfinit
+    trains as Keras does, and the test reports the upstream change as a skip."""
     import jax
 
     if jax.default_backend() != "cpu":
         pytest.skip("the CPU's refusal of float16 dot_general")
     from tfinit import mixed_precision as mp
 
-    with mp.scope("pseudo_fp16", compute_dtype="float16"):
-        inputs = keras.Input((4, 8))
-        model = keras.Model(inputs, keras.layers.MultiHeadAttention(2, 4)(inputs, inputs))
-    model.compile(optimizer="adam", loss="mse")
-    with pytest.raises(ValueError, match="F16_F16_F32"):
-        model.fit(np.ones((2, 4, 8)), np.zeros((2, 4, 8)), verbose=0)
+    want, _ = _mha_fit_error(dtype_policy("mixed_float16"))
+    have, model = _mha_fit_error(mp.scope("pseudo_fp16", compute_dtype="float16"))
+    if want is not None:
+        assert isinstance(want, ValueError) and "F16_F16_F32" in str(want), repr(want)
+        assert type(have) is ValueError and "F16_F16_F32" in str(have), repr(have)
+        return
+    assert have is None, repr(have)  # tfinit trains wherever Keras does
+    masters = mp.get_master_weights(model)
+    assert masters and all(np.all(np.isfinite(m)) for m in masters)
+    pytest.skip(f"upstream change: XLA on CPU (jax {jax.__version__}) runs float16 attention, "
+                "so the refusal cannot arise; tfinit trained as Keras mixed_float16 does")
 
 
 @pytest.mark.parametrize("mode", ["pseudo_fp16", "reverse"])

@@ -9,6 +9,7 @@ dimension; subclasses implement ``_fill(shape, dtype)`` for the rest.
 import keras
 
 from tfinit import _args, _backend, _fans
+from tfinit import _keras_internals as internals
 from tfinit.fills import registry
 
 
@@ -62,10 +63,12 @@ class Fill(keras.initializers.Initializer):
 
 
 def register(cls):
-    """Register ``cls`` in tfinit's op table and with Keras, bare name included."""
+    """Register ``cls`` in tfinit's op table and with Keras, bare name included (a string
+    ``keras.initializers.get`` resolves, in layers, configs and ``.keras`` files)."""
     registry.register(cls)
     cls = keras.saving.register_keras_serializable(package="tfinit")(cls)
-    keras.saving.get_custom_objects()[cls.__name__] = cls
+    keras.saving.get_custom_objects()[cls.__name__] = cls  # Keras <= 3.15, deserialize
+    internals.register_initializer_name(cls)  # Keras 3.16: get() reads its own table only
     return cls
 
 
