@@ -378,7 +378,7 @@ TALLY = collections.Counter()
 
 
 @pytest.mark.slow  # about 2 minutes per backend on 2 cores
-@pytest.mark.parametrize("mode, dtype, master", CONFIGS, ids="-".join)
+@pytest.mark.parametrize("mode, dtype, master", CONFIGS, ids=["-".join(c) for c in CONFIGS])
 def test_master_invariant_over_drawn_sequences_of_calls(mode, dtype, master):
     """The invariant holds after every call of every drawn sequence, ``EXAMPLES`` sequences
     per backend shared by its configurations (Hypothesis shrinks a failure to a minimal
@@ -390,10 +390,42 @@ def test_master_invariant_over_drawn_sequences_of_calls(mode, dtype, master):
     try:
         run_state_machine_as_test(machine, settings=settings(
             max_examples=max(1, EXAMPLES // len(CONFIGS)), stateful_step_count=STEPS,
-            deadline=None, database=None, derandomize=os.environ.get("TFINIT_INVARIANT_RANDOM") != "1",
+            deadline=None, database=None,
+            derandomize=os.environ.get("TFINIT_INVARIANT_RANDOM") != "1",
             suppress_health_check=list(HealthCheck), print_blob=True,
             # TFINIT_INVARIANT_SHRINK=0: report the first failing sequence as drawn
             phases=[p for p in Phase if p != Phase.shrink or SHRINK]))
     finally:
         print(f"{BACKEND} {mode} {dtype} {master}: {TALLY['build']} sequences, "
               f"{sum(TALLY.values()) - TALLY['build']} calls; {dict(sorted(TALLY.items()))}")
+
+
+def _state_tree_cases():
+    """CONFIGS; on TensorFlow, pseudo_fp16 expected to fail (strict): its masters are no
+    optimizer variables there, so the tree holds the 16-bit copies and set_state_tree
+    leaves the masters where fit took them (reported in issue 48's state-machine work)."""
+    lost = pytest.mark.xfail(strict=True, reason="TensorFlow: the state tree holds the "
+                             "pseudo_fp16 copies, not the masters")
+    return [pytest.param(*c, id="-".join(c), marks=lost if BACKEND == "tensorflow"
+                         and c[0] == "pseudo_fp16" else ()) for c in CONFIGS]
+
+
+@pytest.mark.parametrize("mode, dtype, master", _state_tree_cases())
+def test_state_tree_round_trip_restores_the_masters(mode, dtype, master):
+    """``get_state_tree`` (what Keras's OrbaxCheckpoint saves) after fit, then
+    ``set_state_tree``, restores every master bit for bit. The machine found it failing on
+    JAX and torch in reverse mode: the 16-bit copies, optimizer state, all had the path
+    ``kernel_fp16``, so Keras refused the tree (a path found twice); they now sit beside
+    their master (``sequential/dense/kernel_fp16``)."""
+    with mp.scope(mode, compute_dtype=dtype, master=master):
+        model = keras.Sequential([keras.Input((6,)), L.Dense(8), L.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    x, y = P.data((6,), (2,))
+    model.fit(x, y, batch_size=P.BATCH, verbose=0)
+    tree = model.get_state_tree(value_format="numpy_array")
+    saved = mp.get_master_weights(model)
+    model.fit(x, y, batch_size=P.BATCH, verbose=0)
+    assert any(a.tobytes() != b.tobytes() for a, b in zip(
+        saved, mp.get_master_weights(model), strict=True))
+    model.set_state_tree(tree)
+    P.assert_bitwise(mp.get_master_weights(model), saved, P.names(model), "restored masters")

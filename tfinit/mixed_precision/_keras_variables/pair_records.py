@@ -143,10 +143,11 @@ class ReversePair(ReverseRoles, Pair):
 
     @classmethod
     def made_from(cls, variable, spec):
-        copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
-                              dtype=spec.compute_dtype, trainable=False,
-                              name=variable.name + spec.other_suffix,
-                              **_layout_of(variable))
+        with _path_of(variable):  # beside its master: a unique path (get_state_tree)
+            copy = keras.Variable(ops.cast(variable.value, spec.compute_dtype),
+                                  dtype=spec.compute_dtype, trainable=False,
+                                  name=variable.name + spec.other_suffix,
+                                  **_layout_of(variable))
         return cls(variable, copy, spec)
 
     def check_copy_matches_master(self, master):
@@ -178,9 +179,10 @@ class SplitPair(SplitRoles, Pair):
     @classmethod
     def made_from(cls, variable, spec):
         copy, remainder = jax_split.split(ops.copy(variable.value))
-        remainder = keras.Variable(remainder, dtype="int16", trainable=False,
-                                   name=variable.name + spec.other_suffix,
-                                   **_layout_of(variable))
+        with _path_of(variable):  # beside its master: a unique path (get_state_tree)
+            remainder = keras.Variable(remainder, dtype="int16", trainable=False,
+                                       name=variable.name + spec.other_suffix,
+                                       **_layout_of(variable))
         with _path_of(variable):  # what the inner optimizer sees: the layer's name and path
             scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
                                      dtype=MASTER_DTYPE, trainable=False, name=variable.name,
