@@ -93,16 +93,17 @@ def _keeping_unchanged_masters(pair, value):
     compared: Keras's JAX trainer syncs the model's variables back before the optimizer's,
     so while it assigns the copy the master, optimizer state of the step, is empty (``fit``)
     or the array the step consumed (``train_on_batch``); its own sync, next, sets it."""
-    copy, master = pair.copy, pair.master
+    copy = pair.copy
     if (not pair.keeps_unchanged_masters or active.is_traced(value)
-            or internals.in_stateless_scope() or not holds_value(master)
+            or internals.in_stateless_scope() or not pair.holds_master()
             or not hasattr(value, "dtype")
             or keras.backend.standardize_dtype(value.dtype) != copy.dtype
             or tuple(value.shape) != tuple(copy.shape)):
         return value
+    master = pair.master_tensor()
     same = ops.equal(ops.view(ops.convert_to_tensor(value), "int16"),
-                     ops.view(ops.cast(master.value, copy.dtype), "int16"))
-    return ops.where(same, master.value, ops.cast(value, MASTER_DTYPE))
+                     ops.view(ops.cast(master, copy.dtype), "int16"))
+    return ops.where(same, master, ops.cast(value, MASTER_DTYPE))
 
 
 def _master_valued(master, copy):
