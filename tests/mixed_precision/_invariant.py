@@ -80,14 +80,15 @@ def comparison(master, mode, *, lora=False, embedding=False):
     against Keras mixed, except where the documented arithmetic differs (``CLOSE``), in
     pseudo_fp16: LoRA weights on TensorFlow and torch (the low-rank product formed from their
     fp32 values, test_keras_parity's ``test_lora_weights_stay_float32_and_train_like_keras``)
-    and an Embedding's gradient on torch (summed in 16 bits by autograd,
-    ``_EMBEDDING_ON_TORCH``).
+    and an Embedding's gradient on JAX and torch (the copy is a 16-bit leaf: each read's
+    gradient is 16-bit, ``_EMBEDDING_ON_TORCH``; docs/mixed-precision.md, "The token
+    embedding on JAX").
     """
     if master == "split":
         return UP_TO_TIES
     backend = keras.backend.backend()
     if mode == "pseudo_fp16" and ((lora and backend != "jax")
-                                  or (embedding and backend == "torch")):
+                                  or (embedding and backend in ("jax", "torch"))):
         return CLOSE
     return BITWISE
 
