@@ -68,6 +68,11 @@ class Pair(PairRecord):
         """The exact fp32 master (a backend tensor)."""
         return self.master.value
 
+    def holds_master(self):
+        """Whether :meth:`master_tensor` can be read now (not while Keras's JAX ``fit`` has
+        taken the master out for its compiled step)."""
+        return paired_variables.holds_value(self.master)
+
     def master_array(self):
         """The exact fp32 master (numpy).
 
@@ -213,6 +218,10 @@ class SplitPair(SplitRoles, Pair):
 
     def master_tensor(self):
         return jax_split.join(self.param.value, self.other.value)
+
+    def holds_master(self):
+        return (paired_variables.holds_value(self.param)
+                and paired_variables.holds_value(self.other))
 
     def step_master(self, copy_value, other_value):
         return jax_split.join(ops.stop_gradient(copy_value), other_value)
