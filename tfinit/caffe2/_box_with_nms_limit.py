@@ -126,59 +126,63 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
         with tf.control_dependencies(checks):
             scores, boxes = tf.identity(scores), tf.identity(boxes)
         rows = tf.shape(scores)[0]
-        if batch_splits is None:
-            splits = rows[None]
+        num_classes = scores.shape[-1]
+        if batch_splits is None:  # one image: its rows, no loop over images
             if images is not None:
                 with tf.control_dependencies([self._one_image_only(images)]):
-                    splits = tf.identity(splits)
+                    scores = tf.identity(scores)
+            out = self._one_image(scores, boxes, num_classes)
         else:
-            splits = tf.convert_to_tensor(batch_splits, tf.float32)
-            check = require(tf, tf.math.is_finite(splits) & (splits >= 0.0),
-                            "BoxWithNMSLimit: input `batch_splits` must hold finite, "
-                            "non-negative row counts")
-            with tf.control_dependencies([check]):
-                splits = tf.cast(splits, tf.int32)
-            check = require(tf, tf.equal(tf.reduce_sum(splits), rows), "BoxWithNMSLimit: "
-                            "batch_splits must sum to the rows of scores (Caffe2: "
-                            "batch_splits.sum() == N)")
-            with tf.control_dependencies([check]):
-                splits = tf.identity(splits)
+            out = self._per_image(scores, boxes, batch_splits, rows, num_classes)
+        scores_out, boxes_out, classes, keeps, counts, keeps_size = out
+        result = [scores_out, boxes_out, classes, tf.cast(counts, tf.float32), keeps,
+                  keeps_size]
+        return result[:self.num_outputs]
+
+    def _per_image(self, scores, boxes, batch_splits, rows, num_classes):
+        """_one_image on each image's block of ``batch_splits`` rows, concatenated."""
+        tf = self._tf
+        splits = tf.convert_to_tensor(batch_splits, tf.float32)
+        check = require(tf, tf.math.is_finite(splits) & (splits >= 0.0),
+                        "BoxWithNMSLimit: input `batch_splits` must hold finite, "
+                        "non-negative row counts")
+        with tf.control_dependencies([check]):
+            splits = tf.cast(splits, tf.int32)
+        check = require(tf, tf.equal(tf.reduce_sum(splits), rows), "BoxWithNMSLimit: "
+                        "batch_splits must sum to the rows of scores (Caffe2: "
+                        "batch_splits.sum() == N)")
+        with tf.control_dependencies([check]):
+            splits = tf.identity(splits)
         starts = tf.cumsum(splits, exclusive=True)
-        num_classes = scores.shape[-1]
 
         def one_image(b):
             block = tf.range(starts[b], starts[b] + splits[b])
             return self._one_image(tf.gather(scores, block), tf.gather(boxes, block),
                                    num_classes)
 
-        out = per_image(tf, tf.shape(splits)[0], one_image,
+        return per_image(tf, tf.shape(splits)[0], one_image,
                          [(tf.float32, [None]), (tf.float32, [None, 4]),
                           (tf.float32, [None]), (tf.int32, [None]), (tf.int32, [None]),
                           (tf.int32, [None, num_classes])])
-        scores_out, boxes_out, classes, keeps, counts, keeps_size = out
-        result = [scores_out, boxes_out, classes, tf.cast(counts, tf.float32), keeps,
-                  keeps_size]
-        return result[:self.num_outputs]
 
     def _candidates(self, scores, boxes, num_classes):
         """Every (class j >= 1, row) pair, class-major: score, box, class, row."""
         tf = self._tf
         rows = tf.shape(scores)[0]
-        start = 1 if self.input_boxes_include_bg_cls else 0
-        cand_scores, cand_boxes = [], []
-        for j in range(1, num_classes):
-            cand_scores.append(scores[:, j - 1 + start])
-            if self.cls_agnostic_bbox_reg:
-                box = 0
-            else:
-                box = j if self.input_boxes_include_bg_cls else j - 1
-            cand_boxes.append(boxes[:, 4 * box:4 * box + 4])
-        if not cand_scores:
+        if num_classes < 2:
             return (tf.zeros([0]), tf.zeros([0, 4]), tf.zeros([0], tf.int32),
                     tf.zeros([0], tf.int32))
+        start = 1 if self.input_boxes_include_bg_cls else 0
+        cand_scores = tf.reshape(tf.transpose(scores[:, start:start + num_classes - 1]), [-1])
+        per_class = tf.reshape(boxes, [tf.shape(boxes)[0], tf.shape(boxes)[1] // 4, 4])
+        if self.cls_agnostic_bbox_reg:
+            per_class = tf.repeat(per_class[:, :1], num_classes - 1, axis=1)
+        else:
+            per_class = per_class[:, start:start + num_classes - 1]
+        cand_boxes = tf.reshape(tf.transpose(per_class, [1, 0, 2]), [-1, 4])
         classes = tf.repeat(tf.range(1, num_classes), rows)
         row = tf.tile(tf.range(rows), [num_classes - 1])
-        return tf.concat(cand_scores, 0), tf.concat(cand_boxes, 0), classes, row
+        return cand_scores, cand_boxes, classes, row
 
     def _one_image(self, scores, boxes, num_classes):
         tf = self._tf
