@@ -166,30 +166,24 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
                           (tf.int32, [None, num_classes])])
 
     def _candidates(self, scores, boxes, num_classes):
-        """Every (class j >= 1, row) pair, class-major: score, box, class, row."""
+        """The (class j >= 1, row) pairs scoring above ``score_thresh``, class-major, then
+        by row: score, box, class, row (only they take part in NMS)."""
         tf = self._tf
-        rows = tf.shape(scores)[0]
         if num_classes < 2:
             return (tf.zeros([0]), tf.zeros([0, 4]), tf.zeros([0], tf.int32),
                     tf.zeros([0], tf.int32))
         start = 1 if self.input_boxes_include_bg_cls else 0
-        cand_scores = tf.reshape(tf.transpose(scores[:, start:start + num_classes - 1]), [-1])
+        by_class = tf.transpose(scores[:, start:start + num_classes - 1])  # [classes, R]
+        above = tf.cast(tf.where(by_class > f32(tf, self.score_thresh)), tf.int32)
+        column, row = above[:, 0], above[:, 1]
+        box = tf.zeros_like(column) if self.cls_agnostic_bbox_reg else column + start
         per_class = tf.reshape(boxes, [tf.shape(boxes)[0], tf.shape(boxes)[1] // 4, 4])
-        if self.cls_agnostic_bbox_reg:
-            per_class = tf.repeat(per_class[:, :1], num_classes - 1, axis=1)
-        else:
-            per_class = per_class[:, start:start + num_classes - 1]
-        cand_boxes = tf.reshape(tf.transpose(per_class, [1, 0, 2]), [-1, 4])
-        classes = tf.repeat(tf.range(1, num_classes), rows)
-        row = tf.tile(tf.range(rows), [num_classes - 1])
-        return cand_scores, cand_boxes, classes, row
+        return (tf.gather_nd(by_class, above), tf.gather_nd(per_class, tf.stack([row, box], 1)),
+                column + 1, row)
 
     def _one_image(self, scores, boxes, num_classes):
         tf = self._tf
-        candidates = self._candidates(scores, boxes, num_classes)
-        # only those above score_thresh take part: the NMS loops scan them on every step
-        above = tf.where(candidates[0] > f32(tf, self.score_thresh))[:, 0]
-        cand_scores, cand_boxes, classes, row = (tf.gather(v, above) for v in candidates)
+        cand_scores, cand_boxes, classes, row = self._candidates(scores, boxes, num_classes)
         alive = tf.ones_like(cand_scores, tf.bool)
         if self.soft_nms_method == "none":
             # class-major already; within a class, highest score first (stable)

@@ -194,16 +194,13 @@ def _block_nms(tf, boxes, alive, classes, num_classes, counts, n, thresh, plus_o
     # Caffe2 keeps `ovr <= thresh`: NaN suppresses (no logical_not: see _loop_nms)
     later = tf.range(n)[:, None] < tf.range(n)[None, :]
     suppresses = ((ovr > f32(tf, thresh)) | tf.math.is_nan(ovr)) & later[None]
-    suppresses = tf.cast(suppresses, tf.float32)
 
-    def step(kept, _):
-        hits = tf.squeeze(tf.matmul(kept[:, None, :], suppresses), 1)  # [C, n]
-        return tf.where(valid & tf.equal(hits, 0.0), 1.0, 0.0), kept
+    def step(kept, _):  # kept: alive and suppressed by no earlier kept one
+        hit = tf.reduce_any(suppresses & kept[:, :, None], axis=1)
+        return valid & tf.logical_not(hit), kept
 
-    everyone = tf.cast(valid, tf.float32)
     kept, _ = tf.while_loop(lambda kept, before: tf.reduce_any(tf.not_equal(kept, before)),
-                            step, step(everyone, None))
-    kept = kept > 0.0
+                            step, step(valid, None))
     if limit is not None:
         kept = kept & (tf.cumsum(tf.cast(kept, tf.int32), axis=1, exclusive=True) < limit)
     return tf.gather_nd(kept, place)
