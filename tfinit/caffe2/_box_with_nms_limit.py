@@ -210,8 +210,8 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
         kept_classes = tf.gather(classes, kept)
         label = tf.cast(kept_classes - (0 if self.output_classes_include_bg_cls else 1),
                         tf.float32)
-        keeps_size = tf.math.bincount(kept_classes, minlength=num_classes,
-                                      maxlength=num_classes, dtype=tf.int32)
+        keeps_size = tf.math.unsorted_segment_sum(tf.ones_like(kept_classes), kept_classes,
+                                                  num_classes)
         return (kept_scores, tf.gather(cand_boxes, kept), label, tf.gather(row, kept),
                 tf.shape(kept)[:1], keeps_size[None])
 

@@ -162,8 +162,7 @@ def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=N
     one candidate of every class per step (the steps are the most any class keeps).
     """
     k = tf.shape(boxes)[0]
-    counts = tf.math.bincount(classes, minlength=num_classes, maxlength=num_classes,
-                              dtype=tf.int32)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(classes), classes, num_classes)
     n = tf.reduce_max(tf.concat([counts, [0]], 0))
     small = tf.cast(num_classes, tf.int64) * tf.cast(n, tf.int64) ** 2 <= block_limit
     return tf.cond(small,
