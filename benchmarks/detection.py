@@ -19,10 +19,11 @@ medians of interleaved runs, ``ratio`` = tfinit / TensorFlow; the goal is within
 
 Both sides run inside a ``tf.function`` (traced once before timing).
 
-Measured (full sizes, 15 interleaved rounds, 2 shared CPU cores under load ~9, TensorFlow 2.21,
-Keras 3.15): RoIAlign 306 ms vs 136 ms (ratio 2.13, 95 % CI 1.93-2.44); BoxWithNMSLimit
-18.7 ms vs 4.3 ms (4.31, CI 3.72-6.33: a tf.while_loop step per kept box of the busiest
-class, against one C++ kernel); GenerateProposals 23.5 ms vs 23.7 ms (1.01, CI 0.85-1.29).
+Measured (full sizes, 15 interleaved rounds, 2 shared CPU cores, TensorFlow 2.21, Keras 3.15,
+2026-12-07, after issue 50's changes; the run before them and a second run are in
+``docs/performance.md``): RoIAlign 244 ms vs 257 ms (ratio 0.99, 95 % CI 0.88-1.05);
+BoxWithNMSLimit 3.9 ms vs 1.5 ms (2.73, CI 2.49-2.80); GenerateProposals 10.6 ms vs 10.1 ms
+(1.10, CI 1.08-1.13).
 """
 
 import os

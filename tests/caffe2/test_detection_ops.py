@@ -548,3 +548,32 @@ def test_collect_of_no_proposals_gives_no_rois(group_by_image):
     none = np.zeros((0, 5), np.float32)
     rois, fpn2, fpn3, restore = layer([none, none, np.zeros(0, "f"), np.zeros(0, "f")])
     assert rois.shape == (0, 5) and fpn2.shape == fpn3.shape == (0, 5) and restore.shape == (0,)
+
+
+@pytest.mark.slow  # 48 eager NMS pairs (about 4 s)
+def test_greedy_nms_blocks_keep_what_the_loop_keeps():
+    """greedy_nms's per-class IoU blocks (Cluster-NMS's fixed point) keep exactly the boxes
+    its loop over kept boxes keeps: random classes, ties, empty boxes (a NaN IoU
+    suppresses), masked candidates, thresholds 0 to 1 and per-class limits."""
+    import tensorflow as tf
+
+    from tfinit.caffe2._detection_boxes import greedy_nms
+
+    rng = np.random.default_rng(7)
+    kept_total = 0
+    for trial in range(24):
+        num_classes, k = int(rng.integers(1, 5)), int(rng.integers(0, 50))
+        classes = tf.constant(np.sort(rng.integers(0, num_classes, k)).astype(np.int32))
+        corner = rng.uniform(0, 20, (k, 2))
+        size = rng.choice([0.0, 1.0, 3.0, 8.0], (k, 2)) * rng.uniform(0, 1, (k, 2))
+        boxes = np.concatenate([corner, corner + size], 1)
+        boxes = tf.constant((np.round(boxes) if trial % 2 else boxes).astype(np.float32))
+        alive = tf.constant(rng.uniform(size=k) < 0.9)
+        for plus_one in (False, True):
+            thresh, limit = float(rng.choice([0.0, 0.3, 0.5, 1.0])), [None, 1, 3][trial % 3]
+            args = (tf, boxes, alive, classes, num_classes, thresh, plus_one, limit)
+            blocks = greedy_nms(*args).numpy()
+            loop = greedy_nms(*args, block_limit=-1).numpy()
+            np.testing.assert_array_equal(blocks, loop)
+            kept_total += int(blocks.sum())
+    assert kept_total > 60  # the cases keep boxes, not only empty sets

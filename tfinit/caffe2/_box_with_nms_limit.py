@@ -126,66 +126,64 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
         with tf.control_dependencies(checks):
             scores, boxes = tf.identity(scores), tf.identity(boxes)
         rows = tf.shape(scores)[0]
-        if batch_splits is None:
-            splits = rows[None]
+        num_classes = scores.shape[-1]
+        if batch_splits is None:  # one image: its rows, no loop over images
             if images is not None:
                 with tf.control_dependencies([self._one_image_only(images)]):
-                    splits = tf.identity(splits)
+                    scores = tf.identity(scores)
+            out = self._one_image(scores, boxes, num_classes)
         else:
-            splits = tf.convert_to_tensor(batch_splits, tf.float32)
-            check = require(tf, tf.math.is_finite(splits) & (splits >= 0.0),
-                            "BoxWithNMSLimit: input `batch_splits` must hold finite, "
-                            "non-negative row counts")
-            with tf.control_dependencies([check]):
-                splits = tf.cast(splits, tf.int32)
-            check = require(tf, tf.equal(tf.reduce_sum(splits), rows), "BoxWithNMSLimit: "
-                            "batch_splits must sum to the rows of scores (Caffe2: "
-                            "batch_splits.sum() == N)")
-            with tf.control_dependencies([check]):
-                splits = tf.identity(splits)
+            out = self._per_image(scores, boxes, batch_splits, rows, num_classes)
+        scores_out, boxes_out, classes, keeps, counts, keeps_size = out
+        result = [scores_out, boxes_out, classes, tf.cast(counts, tf.float32), keeps,
+                  keeps_size]
+        return result[:self.num_outputs]
+
+    def _per_image(self, scores, boxes, batch_splits, rows, num_classes):
+        """_one_image on each image's block of ``batch_splits`` rows, concatenated."""
+        tf = self._tf
+        splits = tf.convert_to_tensor(batch_splits, tf.float32)
+        check = require(tf, tf.math.is_finite(splits) & (splits >= 0.0),
+                        "BoxWithNMSLimit: input `batch_splits` must hold finite, "
+                        "non-negative row counts")
+        with tf.control_dependencies([check]):
+            splits = tf.cast(splits, tf.int32)
+        check = require(tf, tf.equal(tf.reduce_sum(splits), rows), "BoxWithNMSLimit: "
+                        "batch_splits must sum to the rows of scores (Caffe2: "
+                        "batch_splits.sum() == N)")
+        with tf.control_dependencies([check]):
+            splits = tf.identity(splits)
         starts = tf.cumsum(splits, exclusive=True)
-        num_classes = scores.shape[-1]
 
         def one_image(b):
             block = tf.range(starts[b], starts[b] + splits[b])
             return self._one_image(tf.gather(scores, block), tf.gather(boxes, block),
                                    num_classes)
 
-        out = per_image(tf, tf.shape(splits)[0], one_image,
+        return per_image(tf, tf.shape(splits)[0], one_image,
                          [(tf.float32, [None]), (tf.float32, [None, 4]),
                           (tf.float32, [None]), (tf.int32, [None]), (tf.int32, [None]),
                           (tf.int32, [None, num_classes])])
-        scores_out, boxes_out, classes, keeps, counts, keeps_size = out
-        result = [scores_out, boxes_out, classes, tf.cast(counts, tf.float32), keeps,
-                  keeps_size]
-        return result[:self.num_outputs]
 
     def _candidates(self, scores, boxes, num_classes):
-        """Every (class j >= 1, row) pair, class-major: score, box, class, row."""
+        """The (class j >= 1, row) pairs scoring above ``score_thresh``, class-major, then
+        by row: score, box, class, row (only they take part in NMS)."""
         tf = self._tf
-        rows = tf.shape(scores)[0]
-        start = 1 if self.input_boxes_include_bg_cls else 0
-        cand_scores, cand_boxes = [], []
-        for j in range(1, num_classes):
-            cand_scores.append(scores[:, j - 1 + start])
-            if self.cls_agnostic_bbox_reg:
-                box = 0
-            else:
-                box = j if self.input_boxes_include_bg_cls else j - 1
-            cand_boxes.append(boxes[:, 4 * box:4 * box + 4])
-        if not cand_scores:
+        if num_classes < 2:
             return (tf.zeros([0]), tf.zeros([0, 4]), tf.zeros([0], tf.int32),
                     tf.zeros([0], tf.int32))
-        classes = tf.repeat(tf.range(1, num_classes), rows)
-        row = tf.tile(tf.range(rows), [num_classes - 1])
-        return tf.concat(cand_scores, 0), tf.concat(cand_boxes, 0), classes, row
+        start = 1 if self.input_boxes_include_bg_cls else 0
+        by_class = tf.transpose(scores[:, start:start + num_classes - 1])  # [classes, R]
+        above = tf.cast(tf.where(by_class > f32(tf, self.score_thresh)), tf.int32)
+        column, row = above[:, 0], above[:, 1]
+        box = tf.zeros_like(column) if self.cls_agnostic_bbox_reg else column + start
+        per_class = tf.reshape(boxes, [tf.shape(boxes)[0], tf.shape(boxes)[1] // 4, 4])
+        return (tf.gather_nd(by_class, above), tf.gather_nd(per_class, tf.stack([row, box], 1)),
+                column + 1, row)
 
     def _one_image(self, scores, boxes, num_classes):
         tf = self._tf
-        candidates = self._candidates(scores, boxes, num_classes)
-        # only those above score_thresh take part: the NMS loops scan them on every step
-        above = tf.where(candidates[0] > f32(tf, self.score_thresh))[:, 0]
-        cand_scores, cand_boxes, classes, row = (tf.gather(v, above) for v in candidates)
+        cand_scores, cand_boxes, classes, row = self._candidates(scores, boxes, num_classes)
         alive = tf.ones_like(cand_scores, tf.bool)
         if self.soft_nms_method == "none":
             # class-major already; within a class, highest score first (stable)
@@ -212,8 +210,8 @@ class Caffe2BoxWithNMSLimit(DetectionLayer):
         kept_classes = tf.gather(classes, kept)
         label = tf.cast(kept_classes - (0 if self.output_classes_include_bg_cls else 1),
                         tf.float32)
-        keeps_size = tf.math.bincount(kept_classes, minlength=num_classes,
-                                      maxlength=num_classes, dtype=tf.int32)
+        keeps_size = tf.math.unsorted_segment_sum(tf.ones_like(kept_classes), kept_classes,
+                                                  num_classes)
         return (kept_scores, tf.gather(cand_boxes, kept), label, tf.gather(row, kept),
                 tf.shape(kept)[:1], keeps_size[None])
 

@@ -151,42 +151,62 @@ class Caffe2RoIAlign(DetectionLayer):
 
         Caffe2's points of one roi are evenly spaced (``start + (k + 0.5) * bin / grid``),
         so ``tf.image.crop_and_resize`` samples them all, given the first and last point.
-        The map is padded by one edge copy per side: a point in ``[-1, 0]`` or
-        ``[size - 1, size]`` then reads the edge, as Caffe2 clamps it, and one past ``-1`` or
-        ``size`` reads crop_and_resize's 0, as Caffe2 gives 0. A roi with no point (a zero
-        size with ``aligned`` and adaptive sampling) is ``0 / 0``: NaN, as in Caffe2.
+        When a point lies outside the map, the map is padded by one edge copy per side: a
+        point in ``[-1, 0]`` or ``[size - 1, size]`` then reads the edge, as Caffe2 clamps
+        it, and one past ``-1`` or ``size`` reads crop_and_resize's 0, as Caffe2 gives 0. A
+        roi with no point (a zero size with ``aligned`` and adaptive sampling) is
+        ``0 / 0``: NaN, as in Caffe2. With a fixed ``sampling_ratio`` every roi has the same
+        grid: one ``crop_and_resize`` and an average pool, no loop.
         """
         tf = self._tf
         ph, pw = self.pooled_h, self.pooled_w
         c = tf.shape(x)[3]
-        padded = tf.concat([x[:, :1], x, x[:, -1:]], axis=1)  # one edge copy per side
-        padded = tf.concat([padded[:, :, :1], padded, padded[:, :, -1:]], axis=2)
-        size = tf.cast(tf.shape(padded)[1:3] - 1, tf.float32)  # normalized coordinate 1
+        gh1 = tf.maximum(grid_h, 1)
+        gw1 = tf.maximum(grid_w, 1)
+        step_h = bin_h / tf.cast(gh1, tf.float32)
+        step_w = bin_w / tf.cast(gw1, tf.float32)
+        top = y1 + 0.5 * step_h
+        left = x1 + 0.5 * step_w
+        bottom = top + tf.cast(ph * gh1 - 1, tf.float32) * step_h
+        right = left + tf.cast(pw * gw1 - 1, tf.float32) * step_w
+        last = tf.cast(tf.shape(x)[1:3] - 1, tf.float32)
+        inside = tf.reduce_all((tf.minimum(top, bottom) >= 0.0) & (tf.minimum(left, right) >= 0.0)
+                               & (tf.maximum(top, bottom) <= last[0])
+                               & (tf.maximum(left, right) <= last[1]))
+
+        def padded():  # one edge copy per side
+            out = tf.concat([x[:, :1], x, x[:, -1:]], axis=1)
+            return tf.concat([out[:, :, :1], out, out[:, :, -1:]], axis=2)
+
+        # the map is copied only when a point needs its edge rule
+        source = tf.cond(inside, lambda: x, padded)
+        shift = tf.where(inside, 0.0, 1.0)
+        size = tf.cast(tf.shape(source)[1:3] - 1, tf.float32)  # normalized coordinate 1
+        boxes = tf.stack([(top + shift) / size[0], (left + shift) / size[1],
+                          (bottom + shift) / size[0], (right + shift) / size[1]], axis=1)
+
+        if self.sampling_ratio > 0:
+            g = self.sampling_ratio
+            crops = tf.image.crop_and_resize(source, boxes, batch, (ph * g, pw * g))
+            return tf.nn.avg_pool2d(crops, (g, g), (g, g), "VALID")
+
         key = grid_h * (tf.reduce_max(grid_w) + 1) + grid_w
         sizes, group = tf.unique(key)
         r = tf.shape(batch)[0]
 
         def one_size(k, values, rows):
             members = tf.cast(tf.where(tf.equal(group, k))[:, 0], tf.int32)
-            gh = tf.gather(grid_h, members[0])
-            gw = tf.gather(grid_w, members[0])
-            step_h = tf.gather(bin_h, members) / tf.cast(tf.maximum(gh, 1), tf.float32)
-            step_w = tf.gather(bin_w, members) / tf.cast(tf.maximum(gw, 1), tf.float32)
-            top = tf.gather(y1, members) + 0.5 * step_h
-            left = tf.gather(x1, members) + 0.5 * step_w
-            bottom = top + tf.cast(ph * gh - 1, tf.float32) * step_h
-            right = left + tf.cast(pw * gw - 1, tf.float32) * step_w
-            boxes = tf.stack([(top + 1.0) / size[0], (left + 1.0) / size[1],
-                              (bottom + 1.0) / size[0], (right + 1.0) / size[1]], axis=1)
-            crops = tf.image.crop_and_resize(
-                padded, boxes, tf.gather(batch, members),
-                tf.stack([ph * tf.maximum(gh, 1), pw * tf.maximum(gw, 1)]))
+            gh = tf.gather(gh1, members[0])
+            gw = tf.gather(gw1, members[0])
+            crops = tf.image.crop_and_resize(source, tf.gather(boxes, members),
+                                             tf.gather(batch, members),
+                                             tf.stack([ph * gh, pw * gw]))
             # the grid sums, one axis at a time (one 6-D reduce_sum over axes 2 and 4 is
             # about 9x slower on CPU)
-            rows_sum = tf.reduce_sum(tf.reshape(crops, [-1, ph, tf.maximum(gh, 1), pw * tf.maximum(
-                gw, 1) * c]), axis=2)
-            sums = tf.reduce_sum(tf.reshape(rows_sum, [-1, ph, pw, tf.maximum(gw, 1), c]), axis=3)
-            count = tf.cast(gh * gw, tf.float32)
+            rows_sum = tf.reduce_sum(tf.reshape(crops, [-1, ph, gh, pw * gw * c]), axis=2)
+            sums = tf.reduce_sum(tf.reshape(rows_sum, [-1, ph, pw, gw, c]), axis=3)
+            count = tf.cast(tf.gather(grid_h, members[0]) * tf.gather(grid_w, members[0]),
+                            tf.float32)
             pooled = sums / tf.maximum(count, 1.0)
             pooled = tf.where(count > 0, pooled, np.float32("nan"))  # Caffe2's 0 / 0
             return k + 1, values.write(k, pooled), rows.write(k, members)

@@ -140,18 +140,73 @@ def _areas(tf, boxes, plus_one):
     return (x2 - x1 + one) * (y2 - y1 + one)
 
 
-def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=None):
+# the most entries of the per-class IoU blocks (classes x n x n, n the most candidates of a
+# class) that greedy_nms builds; past it, it loops over kept boxes instead
+NMS_BLOCK_LIMIT = 1 << 22
+
+
+def greedy_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit=None,
+               block_limit=NMS_BLOCK_LIMIT):
     """Caffe2's ``nms_cpu`` over candidates in priority order, every class at once.
 
     ``boxes`` ``[K, 4]`` are sorted by class, then by score from high to low; ``alive``
     ``[K]`` marks the candidates; ``classes`` ``[K]`` int32 in ``[0, num_classes)``. Per
     class, the first alive candidate is kept, and every later one of its class whose IoU
     with it is not ``<= thresh`` (so NaN suppresses) is dropped, until none is left or the
-    class has ``limit`` kept. The classes are independent, so each step of the loop keeps
-    one candidate of every class that has one left (the steps are the most any class
-    keeps, not the total). Returns the kept mask ``[K]``.
+    class has ``limit`` kept. Returns the kept mask ``[K]``.
+
+    When the per-class IoU blocks hold at most ``block_limit`` entries, each class's IoU
+    matrix is computed once and the kept set is found as the fixed point of "kept: alive
+    and suppressed by no earlier kept one" (Cluster-NMS: exactly greedy NMS, reached in a
+    few matrix steps); the first ``limit`` kept of each class stay. Otherwise a loop keeps
+    one candidate of every class per step (the steps are the most any class keeps).
     """
     k = tf.shape(boxes)[0]
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(classes), classes, num_classes)
+    n = tf.reduce_max(tf.concat([counts, [0]], 0))
+    small = tf.cast(num_classes, tf.int64) * tf.cast(n, tf.int64) ** 2 <= block_limit
+    return tf.cond(small,
+                   lambda: _block_nms(tf, boxes, alive, classes, num_classes, counts, n,
+                                      thresh, plus_one, limit),
+                   lambda: _loop_nms(tf, boxes, alive, classes, num_classes, thresh,
+                                     plus_one, limit, k))
+
+
+def _block_nms(tf, boxes, alive, classes, num_classes, counts, n, thresh, plus_one, limit):
+    """greedy_nms on per-class IoU blocks ``[classes, n, n]``."""
+    starts = tf.cumsum(counts, exclusive=True)
+    place = tf.stack([classes, tf.range(tf.shape(boxes)[0]) - tf.gather(starts, classes)], 1)
+    shape = [num_classes, n]
+    valid = tf.scatter_nd(place, alive, shape)
+    padded = tf.scatter_nd(place, boxes, [num_classes, n, 4])
+    one = f32(tf, float(plus_one))
+    x1, y1, x2, y2 = tf.unstack(padded, 4, axis=2)
+    areas = (x2 - x1 + one) * (y2 - y1 + one)
+
+    def pair(v, fn):  # [C, n, n]: row a (the earlier, kept box), column b
+        return fn(v[:, :, None], v[:, None, :])
+
+    w = tf.maximum(pair(x2, tf.minimum) - pair(x1, tf.maximum) + one, 0.0)
+    h = tf.maximum(pair(y2, tf.minimum) - pair(y1, tf.maximum) + one, 0.0)
+    inter = w * h
+    ovr = inter / (areas[:, :, None] + areas[:, None, :] - inter)
+    # Caffe2 keeps `ovr <= thresh`: NaN suppresses (no logical_not: see _loop_nms)
+    later = tf.range(n)[:, None] < tf.range(n)[None, :]
+    suppresses = ((ovr > f32(tf, thresh)) | tf.math.is_nan(ovr)) & later[None]
+
+    def step(kept, _):  # kept: alive and suppressed by no earlier kept one
+        hit = tf.reduce_any(suppresses & kept[:, :, None], axis=1)
+        return valid & tf.logical_not(hit), kept
+
+    kept, _ = tf.while_loop(lambda kept, before: tf.reduce_any(tf.not_equal(kept, before)),
+                            step, step(valid, None))
+    if limit is not None:
+        kept = kept & (tf.cumsum(tf.cast(kept, tf.int32), axis=1, exclusive=True) < limit)
+    return tf.gather_nd(kept, place)
+
+
+def _loop_nms(tf, boxes, alive, classes, num_classes, thresh, plus_one, limit, k):
+    """greedy_nms by a loop over kept boxes, every class at once."""
     index = tf.range(k)
     areas = _areas(tf, boxes, plus_one)
     thresh = f32(tf, thresh)
