@@ -1,7 +1,9 @@
-"""The Markdown tables every benchmark writes (one helper, imported by each), and the command
-line of the benchmarks that print one table (``--quick`` / ``--smoke``); imports nothing else."""
+"""The Markdown tables every benchmark writes (one helper, imported by each), the results
+files beside them, and the command line of the benchmarks that print one table (``--quick`` /
+``--smoke``); imports nothing else."""
 
 import argparse
+import json
 
 
 def to_markdown(rows):
@@ -13,6 +15,13 @@ def to_markdown(rows):
     for row in rows:
         lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
+
+
+def write_results(folder, stem, results, text):
+    """Write ``results`` as ``folder/stem.json`` and its Markdown ``text`` as ``stem.md``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (folder / f"{stem}.md").write_text(text)
 
 
 def print_table_main(run, prog, description, argv=None):

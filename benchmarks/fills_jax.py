@@ -22,7 +22,6 @@ compares the CPU with itself. ``python -m benchmarks --jax-fills`` runs it too.
 
 import argparse
 import datetime
-import json
 import platform
 import sys
 import time
@@ -32,7 +31,7 @@ import keras
 import numpy as np
 
 import tfinit
-from benchmarks._markdown import to_markdown
+from benchmarks._markdown import to_markdown, write_results
 from benchmarks._timing import compare
 
 try:  # absent where only TensorFlow is installed: NOT_JAX says so
@@ -198,10 +197,7 @@ def main(argv=None):
         # the committed results_gpu_jax.* hold real GPU figures: keep them
         print("--allow-cpu without --out: nothing written.")
         return 0
-    args.out = args.out or HERE
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results_gpu_jax.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "results_gpu_jax.md").write_text(text)
+    write_results(args.out or HERE, "results_gpu_jax", results, text)
     return 0
 
 

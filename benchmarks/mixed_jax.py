@@ -46,7 +46,6 @@ default mode. On another Keras backend it prints ``NOT_JAX`` and exits 0.
 
 import argparse
 import datetime
-import json
 import math
 import os
 import platform
@@ -59,7 +58,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from benchmarks._markdown import to_markdown
+from benchmarks._markdown import to_markdown, write_results
 from benchmarks._models import MODELS
 from benchmarks._timing import compare, median_ci95
 
@@ -325,10 +324,7 @@ def main(argv=None):
     if args.out is None and sizes == "smoke":
         print("--allow-cpu without --out: nothing written.")
         return 0
-    out = args.out or HERE
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"results_mixed_jax_{sizes}.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / f"results_mixed_jax_{sizes}.md").write_text(text)
+    write_results(args.out or HERE, f"results_mixed_jax_{sizes}", results, text)
     return 0
 
 

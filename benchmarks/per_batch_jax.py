@@ -23,7 +23,6 @@ prints ``NOT_JAX`` and exits 0.
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -34,7 +33,7 @@ import keras
 import numpy as np
 
 from benchmarks import mixed_jax
-from benchmarks._markdown import to_markdown
+from benchmarks._markdown import to_markdown, write_results
 from benchmarks._timing import median_ci95
 
 HERE = Path(__file__).resolve().parent
@@ -144,11 +143,7 @@ def main(argv=None):
     if args.out is None and sizes == "smoke":
         print("--smoke without --out: nothing written.")
         return 0
-    out = args.out or HERE
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"results_per_batch_jax_{sizes}.json").write_text(json.dumps(results, indent=1)
-                                                             + "\n")
-    (out / f"results_per_batch_jax_{sizes}.md").write_text(text)
+    write_results(args.out or HERE, f"results_per_batch_jax_{sizes}", results, text)
     return 0
 
 

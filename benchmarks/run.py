@@ -9,7 +9,6 @@ instead; ``--gpu`` runs ``benchmarks.gpu`` on the TensorFlow backend and
 """
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -22,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 if __name__ == "__main__" and str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))  # `python benchmarks/run.py` from anywhere
 
-from benchmarks._markdown import to_markdown  # noqa: E402  (needs the path above)
+from benchmarks._markdown import to_markdown, write_results  # noqa: E402  (needs the path above)
 
 TITLES = {
     "comparisons": "Issue 18's table: tfinit / Keras mixed precision, each ratio next to its "
@@ -121,9 +120,7 @@ def main(argv=None):
         results["seconds"][name] = round(time.perf_counter() - start, 1)
         results["sections"][name] = rows
         print(f"\n## {TITLES[name]}\n\n{to_markdown(rows)}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "results.md").write_text(render(results))
+    write_results(args.out, "results", results, render(results))
     return 0
 
 
