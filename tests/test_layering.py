@@ -40,7 +40,8 @@ LAYERS = [
         # Caffe2's training pieces: LearningRate schedules, MomentumSGD (on every backend);
         # tfinit.caffe2 and tfinit.mixed_precision re-export them
         package("_caffe2_training", [["schedules", "momentum_sgd"]]),
-        "caffe2._box_with_nms_limit",  # tfinit.caffe2._detection names it with the other four
+        # tfinit.caffe2._detection names them with the other three
+        "caffe2._box_with_nms_limit", "caffe2._roi_align",
         package("fills", [
             # exact casts; Caffe2's CPU streams in numpy; the op-name table
             ["_exact", "_caffe2_rng", "registry"],

