@@ -274,13 +274,16 @@ def test_keras_early_stopping_rounds_masters_as_the_readme_says(compute_dtype):
     assert len(restored) == len(want) == 8
     for i, (have, w) in enumerate(zip(restored, want, strict=True)):
         assert have.dtype == np.float32 and have.tobytes() == w.tobytes(), i
-    # The low bits are lost: every paired element differs from the best master; the fp32
-    # (BatchNormalization) arrays are restored as they were.
+    # The low bits are lost (the check above is exact): a paired element equals its best master
+    # only where that master is a 16-bit value, or did not move after the best epoch (one of
+    # 21 on Keras 3.16); most differ. The fp32 (BatchNormalization) arrays come back as they were.
+    lost = 0
     for have, b, d in zip(restored, best, dtypes, strict=True):
         if d is np.float32:
             assert have.tobytes() == b.tobytes()
-        else:
-            assert np.all(have != b)
+            continue
+        lost += int((have != b).sum())
+    assert lost >= 16, lost  # of the 21 paired elements
     # tfinit's EarlyStopping, the same run: the best masters, bit for bit.
     _, recorded_mp, restored_mp = fit_with(mp.EarlyStopping)
     assert [a.tobytes() for a in recorded_mp[1]] == [a.tobytes() for a in best]
