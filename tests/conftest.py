@@ -129,8 +129,9 @@ def _no_dtype_policy_leaks():
     assert now.name == previous.name, f"the global dtype policy leaked: {now.name}"
 
 
-#: files that take minutes in a few tests, the longest first (a scheduling hint: xdist's own
-#: order, by number of tests, left them to the end, one process busy and the other idle)
+#: files that take minutes in a few tests, the longest first as far as measured or estimated
+#: (a scheduling hint: xdist's own order, by number of tests, puts them last, where one
+#: process can run them while the other idles)
 LONG_FILES = [
     "mixed_precision/test_keras_parity.py",
     "test_notebooks.py",
