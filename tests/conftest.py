@@ -18,12 +18,18 @@
   A module without the marker runs on TensorFlow only.
 - ``FAST_CASES``: a test module that defines this set of test ids keeps only those in the
   fast loop; its other tests are marked ``slow`` at collection (the Keras-parity matrix).
+- The order of the files (``pytest_collection_modifyitems``): the two test processes take
+  whole files in collection order (setup.cfg: ``--dist loadfile --no-loadscope-reorder``);
+  ``LONG_FILES`` (minutes in a few tests: processes, notebooks, the wheel) go first, then
+  the files with the most ``slow`` tests, so that the two processes end together. Any order
+  passes.
 - Markers (setup.cfg): ``slow`` (subprocesses, notebooks, the wheel, the demo, multi-worker,
   benchmarks, any test over 1 s on 2 cores: ``pytest -m "not slow"`` is the fast loop),
   ``backend_neutral`` (per module) and ``tensorflow_only`` (per test).
 """
 
 import ast
+import collections
 import contextlib
 import os
 import sys
@@ -123,8 +129,38 @@ def _no_dtype_policy_leaks():
     assert now.name == previous.name, f"the global dtype policy leaked: {now.name}"
 
 
+#: files that take minutes in a few tests, the longest first as far as measured or estimated
+#: (a scheduling hint: xdist's own order, by number of tests, puts them last, where one
+#: process can run them while the other idles)
+LONG_FILES = [
+    "mixed_precision/test_keras_parity.py",
+    "test_notebooks.py",
+    "mixed_precision/test_checkpoint_preemption.py",
+    "mixed_precision/test_master_invariant.py",
+    "cli/test_demo.py",
+    "test_benchmarks.py",
+    "test_wheel.py",
+    "distribute/test_distribute_multi_worker.py",
+    "mixed_precision/test_mixed_precision_jax_sharded.py",
+    "caffe2/test_detection_fuzz.py",
+]
+
+
+def _schedule(items):
+    """Whole files in place, ``LONG_FILES`` first, then by number of slow tests (a slow test:
+    over 1 s), then of tests; a file's own tests keep their order."""
+    rank = {REPO / "tests" / name: i for i, name in enumerate(LONG_FILES)}
+    slow, total = collections.Counter(), collections.Counter()
+    for item in items:
+        total[item.path] += 1
+        slow[item.path] += item.get_closest_marker("slow") is not None
+    items.sort(key=lambda item: (rank.get(item.path, len(rank)), -slow[item.path],
+                                 -total[item.path], str(item.path)))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark ``slow`` every test of a module with ``FAST_CASES`` that is not listed there."""
+    """Mark ``slow`` every test of a module with ``FAST_CASES`` that is not listed there;
+    then order the files (``_schedule``)."""
     seen = {}
     for item in items:
         fast_cases = getattr(item.module, "FAST_CASES", None)
@@ -137,3 +173,4 @@ def pytest_collection_modifyitems(config, items):
         if module.FAST_CASES - names:
             raise pytest.UsageError(f"{module.__name__}.FAST_CASES names no test: "
                                     f"{sorted(module.FAST_CASES - names)}")
+    _schedule(items)

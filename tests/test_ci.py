@@ -67,9 +67,33 @@ def test_the_nightly_pass_runs_a_pinned_keras_nightly_in_place_of_keras():
     (pin,) = _pins("keras-nightly.txt")
     assert re.fullmatch(r"keras-nightly==\d+\.\d+\.\d+\.dev\d+", pin), pin
     run = (REPO / ".ci" / "run").read_text()
-    # keras-nightly provides the `keras` package: keras is uninstalled before it installs
-    assert run.index('uninstall -q -y keras keras-hub') < run.index("-r .ci/keras-nightly.txt")
+    # keras-nightly provides the `keras` package: keras (TensorFlow requires it) is
+    # uninstalled before it installs
+    install = run.index('nightly/bin/pip" install -q --no-compile -r "$SIDE/nightly-requirements')
+    assert install < run.index('uninstall -q -y keras\n') < run.index("-r .ci/keras-nightly.txt")
     assert '"$SIDE/nightly/bin/python" -m pytest -p no:cacheprovider -m "not slow"\n' in run
+
+
+def test_what_the_nightly_pass_leaves_out_is_a_requirement_no_fast_test_imports():
+    """NIGHTLY_LEAVES names requirements of setup.cfg (a renamed one would stay in
+    silently); the fast loop's modules import none of them at their top (keras-hub's tests
+    skip without it: importorskip)."""
+    import configparser
+
+    run = (REPO / ".ci" / "run").read_text()
+    leaves = re.search(r'^NIGHTLY_LEAVES="([^"]*)"$', run, flags=re.M).group(1).split()
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    required = {re.match(r"[\w.-]+", line.strip()).group(0) for line in (
+        cfg["options"]["install_requires"] + cfg["options.extras_require"]["test"]).splitlines()
+        if line.strip() and not line.strip().startswith("#")}
+    assert set(leaves) <= required, sorted(set(leaves) - required)
+    modules = {{"orbax-checkpoint": "orbax"}.get(name, name.replace("-", "_"))
+               for name in leaves} - {"keras"}
+    for path in (REPO / "tests").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            top = re.match(r"(?:import|from) (\w+)", line)  # module level: no indent
+            assert not (top and top.group(1) in modules), (path.name, line)
 
 
 def test_the_declared_ranges_are_what_ci_runs():
@@ -92,3 +116,26 @@ def test_the_declared_ranges_are_what_ci_runs():
     for python in ci_pythons:  # each one makes a virtualenv of a pass
         assert f'"$PY{python.replace(".", "")}" -m venv' in run or \
             f'ln -s "$PY{python.replace(".", "")}"' in run, python
+
+
+def test_the_long_files_exist_and_go_first_each_whole():
+    """conftest's LONG_FILES name test files; the schedule puts them first, in their order,
+    then the files with the most slow tests, each file's tests together in their order."""
+    import types
+
+    from conftest import LONG_FILES, _schedule
+
+    assert all((REPO / "tests" / name).is_file() for name in LONG_FILES), LONG_FILES
+    assert len(set(LONG_FILES)) == len(LONG_FILES)
+    assert "--no-loadscope-reorder" in (REPO / "setup.cfg").read_text()
+
+    def item(path, name, slow):
+        marker = pytest.mark.slow.mark if slow else None
+        return types.SimpleNamespace(path=REPO / "tests" / path, name=name,
+                                     get_closest_marker=lambda _: marker)
+
+    items = [item("a.py", "a1", False), item("b.py", "b1", True), item("a.py", "a2", False),
+             item(LONG_FILES[1], "l1", True), item("b.py", "b2", False),
+             item(LONG_FILES[0], "l0", False)]
+    _schedule(items)
+    assert [i.name for i in items] == ["l0", "l1", "b1", "b2", "a1", "a2"]

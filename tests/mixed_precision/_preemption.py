@@ -11,17 +11,21 @@ tests/mixed_precision/test_checkpoint_preemption.py. Each part prints ``OK`` at 
   (TensorFlow), each batch's masters written first to ``DIR/ref/<step>.npz`` (atomically):
   the parent SIGKILLs them at random moments. ``orbax_verify`` / ``manager_verify MASTER
   DIR...``: each killed run's latest checkpoint loads, and its masters equal that step's.
-- ``sharded_save MASTER DIR`` / ``sharded_load MASTER DIR LAYOUT`` (JAX, host devices from
-  ``XLA_FLAGS``): ``MasterWeightOptimizer(shard_over="batch")`` under ``DataParallel`` over
-  every device checkpoints through ``OrbaxCheckpoint``; a new process restores it under
-  ``LAYOUT`` (``data``: ``DataParallel`` over its own devices without ``shard_over``,
-  ``model``: ``ModelParallel`` 2x2 with ``shard_over``, ``none``: no distribution; ``same``:
-  the saving layout): masters and optimizer state exact; under ``same`` the next epoch's
-  masters equal the first process's bit for bit, under another layout (other reduction
-  orders) it trains on.
+- ``sharded_save MASTER DIR`` / ``sharded_load MASTER DIR LAYOUT[,LAYOUT]`` (JAX, host
+  devices from ``XLA_FLAGS``): ``MasterWeightOptimizer(shard_over="batch")`` under
+  ``DataParallel`` over every device checkpoints through ``OrbaxCheckpoint``; a new process
+  restores it under each ``LAYOUT`` in turn (``data``: ``DataParallel`` over its own devices
+  without ``shard_over``, ``model``: ``ModelParallel`` 2x2 with ``shard_over``, ``none``: no
+  distribution; ``same``: the saving layout): masters and optimizer state exact; under
+  ``same`` the next epoch's masters equal the first process's bit for bit, under another
+  layout (other reduction orders) it trains on.
 - ``keras_train DIR``: ``model.save`` over one ``.keras`` file again and again (Keras's
   route, for the figures in docs/mixed-precision.md: no assertion on Keras's behaviour);
   ``keras_verify DIR...`` prints how many of the files left by the kills load.
+
+``orbax_save``, ``orbax_load``, ``sharded_save`` and ``sharded_load`` take ``fp32,split`` for
+both masters in one process (each in ``DIR/<master>``): a process start costs more than the
+part.
 """
 
 import os
@@ -108,9 +112,7 @@ def _distribution(layout):
 
 
 def _sharded(master, layout, shard_over):
-    distribution = _distribution(layout)
-    if distribution is not None:
-        keras.distribution.set_distribution(distribution)
+    keras.distribution.set_distribution(_distribution(layout))  # none: no distribution
     keras.utils.set_random_seed(0)
     with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master=master):
         model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, name="hidden"),
@@ -134,7 +136,12 @@ def sharded_save(master, folder):
     np.savez(os.path.join(folder, "after.npz"), **state(model))
 
 
-def sharded_load(master, folder, layout):
+def sharded_load(master, folder, layouts):
+    for layout in layouts.split(","):
+        _sharded_load(master, folder, layout)
+
+
+def _sharded_load(master, folder, layout):
     same_layout = layout == "same"
     model = _sharded(master, "data" if same_layout else layout,
                      "batch" if layout in ("same", "model") else None)
@@ -264,6 +271,10 @@ if __name__ == "__main__":
         globals()[part](args[0], args[1:])
     elif part == "keras_verify":
         keras_verify(args)
+    elif part in ("orbax_save", "orbax_load", "sharded_save", "sharded_load"):
+        for master in args[0].split(","):
+            os.makedirs(os.path.join(args[1], master), exist_ok=True)
+            globals()[part](master, os.path.join(args[1], master), *args[2:])
     else:
         globals()[part](*args)
     print("OK", flush=True)

@@ -10,7 +10,8 @@
   ``XLA_FLAGS``, as the sharding tests).
 
 TensorFlow's pass runs them (the children pick their own backend; JAX and orbax-checkpoint
-are in the test extra).
+are in the test extra). A process start (importing JAX or TensorFlow) costs more than what
+it checks, so one process serves both masters, and the layouts with the same device count.
 """
 
 import os
@@ -24,8 +25,9 @@ import pytest
 from conftest import REPO
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_preemption.py")
-#: kills per route: each kill is one process start (several seconds on 2 cores)
-KILLS = 4
+#: kills per route: each kill is one process start (several seconds on 2 cores); the figures
+#: in docs/mixed-precision.md were measured with TFINIT_PREEMPTION_KILLS=4
+KILLS = int(os.environ.get("TFINIT_PREEMPTION_KILLS", "2"))
 
 
 def _env(backend, devices=None):
@@ -46,10 +48,10 @@ def _run(backend, *args, devices=None):
 
 
 @pytest.mark.slow  # two processes
-@pytest.mark.parametrize("master", ["fp32", "split"])
-def test_orbax_checkpoint_resumes_exactly_in_a_new_process(master, tmp_path):
-    _run("jax", "orbax_save", master, tmp_path)
-    _run("jax", "orbax_load", master, tmp_path)
+def test_orbax_checkpoint_resumes_exactly_in_a_new_process(tmp_path):
+    """fp32 and split masters, each in its own folder."""
+    _run("jax", "orbax_save", "fp32,split", tmp_path)
+    _run("jax", "orbax_load", "fp32,split", tmp_path)
 
 
 def _saving(folder, route):
@@ -122,13 +124,13 @@ def test_checkpoint_manager_saves_killed_at_random_always_leave_one_that_loads(t
     print(f"CheckpointManager: {landed} of {KILLS} kills landed during a save; all load")
 
 
-@pytest.mark.slow  # five processes with host devices
-@pytest.mark.parametrize("master", ["fp32", "split"])
-def test_a_shard_over_checkpoint_restores_onto_other_layouts(master, tmp_path):
-    _run("jax", "sharded_save", master, tmp_path, devices=4)
-    _run("jax", "sharded_load", master, tmp_path, "same", devices=4)
-    _run("jax", "sharded_load", master, tmp_path, "model", devices=4)
-    _run("jax", "sharded_load", master, tmp_path, "data", devices=2)
+@pytest.mark.slow  # four processes with host devices
+def test_a_shard_over_checkpoint_restores_onto_other_layouts(tmp_path):
+    """fp32 and split masters, each in its own folder; the saving layout first."""
+    masters = "fp32,split"
+    _run("jax", "sharded_save", masters, tmp_path, devices=4)
+    _run("jax", "sharded_load", masters, tmp_path, "same,model", devices=4)
+    _run("jax", "sharded_load", masters, tmp_path, "data", devices=2)
     # one device: under a distribution (without one Keras gives Orbax no target layout, and
     # Orbax refuses the saved four-device one: docs/mixed-precision.md, the pitfalls)
-    _run("jax", "sharded_load", master, tmp_path, "data", devices=1)
+    _run("jax", "sharded_load", masters, tmp_path, "data", devices=1)
