@@ -6,7 +6,12 @@
 - ``REPO``: the repository root. Test data lives in ``tests/data``, in the repo.
 - Fixtures: ``dtype_policy`` (set Keras's global dtype policy for a block, restored after);
   ``tf`` (the ``tensorflow`` module, imported by the test that asks for it: modules whose
-  other tests run on JAX without TensorFlow installed take TensorFlow this way).
+  other tests run on JAX without TensorFlow installed take TensorFlow this way); ``mp``
+  (``tfinit.mixed_precision``).
+- Shared helpers, one home each: ``tests/_subprocess.py`` (a fresh Python process),
+  ``tests/_arrays.py`` (arrays of any backend, bit-for-bit comparison),
+  ``tests/mixed_precision/_parity.py`` (the mixed-precision model, masters, copies) and
+  ``_split_cases.py`` beside it (the split master's cases).
 - ``TFINIT_TEST_WITHOUT_TENSORFLOW=1``: ``import tensorflow`` fails as if it were not
   installed (CI's JAX pass: tfinit's fills, initializers and Caffe2 reader need no TensorFlow),
   and only the modules marked ``backend_neutral`` are collected (the others may import
@@ -74,6 +79,14 @@ def tf():
     import tensorflow
 
     return tensorflow
+
+
+@pytest.fixture(scope="session")
+def mp():
+    """``tfinit.mixed_precision`` (for the modules that take it as a fixture)."""
+    from tfinit import mixed_precision
+
+    return mixed_precision
 
 
 @contextlib.contextmanager

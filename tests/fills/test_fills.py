@@ -10,16 +10,13 @@ import math
 import keras
 import numpy as np
 import pytest
+from _arrays import to_numpy as _np
 
 import tfinit
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 
 N_SIGMA = 6
-
-
-def _np(x):
-    return keras.ops.convert_to_numpy(x)
 
 
 def assert_mean_std(values, mean, std, kurtosis):

@@ -1,4 +1,4 @@
-"""Run by test_mixed_precision_jax_workflows.py in a fresh process: two host devices must be
+"""Run by test_mixed_precision_workflows.py in a fresh process: two host devices must be
 configured (``XLA_FLAGS``, set by the test) before JAX is imported.
 
 For each mode and compute dtype: a model constructed in ``mp.scope`` under

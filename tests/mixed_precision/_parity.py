@@ -4,7 +4,12 @@ The oracle: the same workflow under Keras's own ``mixed_<dtype>`` policy on the 
 backend (TensorFlow, JAX or torch), from the same fp32 weights, on the same data. ``twins`` builds
 both models; ``assert_bitwise`` compares tfinit's
 masters with Keras's fp32 weights bit for bit and reports the largest ulp difference.
+
+Also the one home of the mixed-precision tests' shared pieces, on every backend: the small
+model ``mlp``, ``master_bytes``, ``perturb`` and ``assert_copies_synced``.
 """
+
+from pathlib import Path
 
 import keras
 import ml_dtypes
@@ -13,10 +18,35 @@ import numpy as np
 from conftest import use_dtype_policy
 from tfinit import mixed_precision as mp
 
+HERE = Path(__file__).resolve().parent  # tests/mixed_precision: the subprocess scripts
 MODES = ("pseudo_fp16", "reverse")
 DTYPES = ("float16", "bfloat16")
 SPECS = [(mode, dtype) for mode in MODES for dtype in DTYPES]
 NP16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+NP = {"float32": np.float32, **NP16}
+
+
+def mlp():
+    """Dense(4, tanh), BatchNormalization, Dense(1) on 3 inputs: four paired arrays (the
+    Dense kernels and biases) beside four fp32 ones in pseudo_fp16."""
+    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
+                             keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+
+
+def master_bytes(model):
+    """The bytes of each of ``model``'s masters (``get_master_weights``), to compare exactly."""
+    return [a.tobytes() for a in mp.get_master_weights(model)]
+
+
+def perturb(model):
+    """Give every master bits its 16-bit copy cannot hold, so any rounding shows; returns the
+    masters set."""
+    rng = np.random.default_rng(0)
+    arrays = [a + (rng.normal(size=a.shape) * 1e-4).astype(a.dtype)
+              for a in mp.get_master_weights(model)]
+    mp.set_master_weights(model, arrays)
+    assert any(not np.array_equal(a, a.astype(np.float16).astype(np.float32)) for a in arrays)
+    return arrays
 
 
 def pairwise(*factors):
@@ -176,8 +206,9 @@ def master_and_copy(variable):
     return variable, other  # reverse: the variable is the master
 
 
-def assert_copies_synced(model):
-    """Each paired variable's copy is exactly the cast of its master (what layers compute with)."""
+def assert_copies_synced(model, count=None):
+    """Each paired variable's copy is exactly the cast of its master (what layers compute
+    with); at least one variable is paired (given ``count``: that many)."""
     paired = 0
     for variable in model.weights:
         try:
@@ -188,7 +219,7 @@ def assert_copies_synced(model):
         copy = np.asarray(keras.ops.convert_to_numpy(copy))
         cast = np.asarray(keras.ops.convert_to_numpy(master), np.float32).astype(copy.dtype)
         assert cast.tobytes() == copy.tobytes(), f"{variable.path}: stale 16-bit copy"
-    assert paired, "no paired variable in the model"
+    assert paired if count is None else paired == count, f"{paired} paired variables"
 
 
 def fit(model, optimizer, x, y, epochs=1, loss="mse", jit_compile="auto", callbacks=None,

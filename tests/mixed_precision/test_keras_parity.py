@@ -663,11 +663,6 @@ def test_normalization_adapt_keeps_fp32_statistics_like_keras(tmp_path, mode, dt
 # ----------------------------------------------------------------- 5. save/load generations
 
 
-def _mlp():
-    return keras.Sequential([keras.Input((3,)), L.Dense(4, activation="tanh"),
-                             L.BatchNormalization(), L.Dense(1)])
-
-
 def _assert_pair_policy(model, mode, dtype):
     for layer in model.layers:
         if isinstance(layer, L.Dense):
@@ -698,7 +693,7 @@ def test_three_save_load_generations_keep_masters_and_policy(tmp_path, chain):
     specs = CHAINS[chain]
     x, y = P.data((3,), (1,), n=2 * P.BATCH)
     with mp.scope(specs[0][0], compute_dtype=specs[0][1]):
-        model = _mlp()
+        model = P.mlp()
     model.compile(optimizer=mp.MasterWeightOptimizer(OPT.Adam(1e-2)), loss="mse")
     files = []
     for generation, (mode, dtype) in enumerate(specs[1:], start=1):

@@ -1,9 +1,11 @@
 """Checkpoints never lose fp32 masters: tf.train.Checkpoint, .weights.h5, .keras."""
 
+import _parity as P
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _arrays import assert_same_bits
 
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision._tensorflow import pair_records as _pairs
@@ -23,23 +25,22 @@ def _infos(model):
     return [i for i in (_pairs.pair_of(v) for v in model.weights) if i is not None]
 
 
-def _masters(model):
+def _paired_masters(model):
+    """The fp32 masters of ``model``'s paired variables (its 16-bit ones)."""
     return [_pairs.master_of(i).numpy() for i in _infos(model)]
 
 
 def _perturb(model):
-    """Give every master bits its 16-bit copy cannot hold, so a lossy round trip shows."""
-    for info in _infos(model):
-        m = _pairs.master_of(info)
-        m.assign(m + tf.fill(m.shape, 1e-4) + tf.random.stateless_normal(m.shape, (1, 2)) * 1e-5)
-    mp.sync_copies(model)
-    masters = _masters(model)
+    """``P.perturb`` (bits no 16-bit copy holds, so a lossy round trip shows); returns the
+    paired masters."""
+    P.perturb(model)
+    masters = _paired_masters(model)
     assert any(not np.array_equal(m, m.astype(np.float16).astype(np.float32)) for m in masters)
     return masters
 
 
 def _assert_restored(model, masters):
-    got = _masters(model)
+    got = _paired_masters(model)
     assert len(got) == len(masters) > 0
     for want, have in zip(masters, got, strict=True):
         assert want.tobytes() == have.tobytes()
@@ -60,7 +61,7 @@ def test_tf_train_checkpoint_round_trip_with_optimizer(tmp_path, mode, compute_d
         loss = opt.scale_loss(tf.reduce_sum(tf.cast(model(x, training=True), tf.float32)))
     opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
                             model.trainable_variables, strict=True))
-    masters = _masters(model)
+    masters = _paired_masters(model)
     slots = [v.numpy() for v in opt.variables]
     path = tf.train.Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "ckpt"))
 
@@ -92,7 +93,7 @@ def test_keras_file_round_trip_inside_scope_and_refused_outside(tmp_path):
     masters = _perturb(model)
     model.compile(mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), "mse")
     model.fit(np.ones((8, 3), np.float32), np.ones((8, 1), np.float32), verbose=0)
-    masters = _masters(model)
+    masters = _paired_masters(model)
     path = str(tmp_path / "m.keras")
     model.save(path)
     # Outside the scope the layers would be rebuilt without masters: refuse.
@@ -165,9 +166,7 @@ def _trained(mode, compute_dtype, master):
 def _assert_same_masters(model, other):
     """Every master of ``model`` has ``other``'s bits (any kind of pair; copies checked
     against their masters by get_master_weights)."""
-    got, want = mp.get_master_weights(model), mp.get_master_weights(other)
-    assert len(got) == len(want) > 0
-    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+    assert_same_bits(mp.get_master_weights(model), mp.get_master_weights(other))
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)

@@ -9,21 +9,12 @@ tf.train.Checkpoint round trip restores distributed masters bit-exactly; sync_co
 outside the strategy scope; copies == cast(masters) on every replica.
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
+from _parity import HERE
+from _subprocess import run_python
 
 pytestmark = pytest.mark.slow  # a subprocess
 
 
 def test_mirrored_strategy_two_replicas():
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(here)),
-                                           os.environ.get("PYTHONPATH", "")]))
-    result = subprocess.run([sys.executable, os.path.join(here, "_mixed_precision_mirrored.py")],
-                            capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.strip().endswith("OK")
+    run_python(HERE / "_mixed_precision_mirrored.py", ends_with="OK")

@@ -9,47 +9,23 @@ runs both backends in subprocesses: a file written on one loads exactly on the o
 import doctest
 import inspect
 import os
-import subprocess
-import sys
 import textwrap
 
 import h5py
 import keras
-import ml_dtypes
 import numpy as np
 import pytest
-from conftest import REPO, use_dtype_policy
+from _arrays import assert_same_bits, to_numpy
+from _parity import NP16, SPECS
+from _subprocess import run_python
+from conftest import use_dtype_policy
 
 import tfinit
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 ON_JAX = keras.backend.backend() == "jax"
 jax_only = pytest.mark.skipif(not ON_JAX, reason="runs in CI's JAX pass (KERAS_BACKEND=jax)")
-SPECS = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
-         ("reverse", "float16"), ("reverse", "bfloat16")]
-NP16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 L = keras.layers
-
-
-@pytest.fixture
-def mp():
-    from tfinit import mixed_precision
-
-    return mixed_precision
-
-
-def _np(x):
-    return np.asarray(keras.ops.convert_to_numpy(x))
-
-
-def _assert_same_bits(have, want):
-    """``have`` and ``want`` hold as many arrays, at least one, each pair equal bit for bit
-    (dtype, shape and bytes): a list cut short, or empty, fails."""
-    have, want = [_np(a) for a in have], [_np(b) for b in want]
-    assert len(have) == len(want) > 0, f"{len(have)} arrays against {len(want)}"
-    for i, (a, b) in enumerate(zip(have, want, strict=True)):
-        assert (a.dtype, a.shape) == (b.dtype, b.shape), (i, a.dtype, a.shape, b.dtype, b.shape)
-        assert a.tobytes() == b.tobytes(), f"array {i} differs"
 
 
 def _model():
@@ -64,7 +40,7 @@ def test_scope_pairs_with_the_exact_fp32_initializer_value(mp, mode, dtype):
     with mp.scope(mode, compute_dtype=dtype):
         dense = L.Dense(3, kernel_initializer=init)
         dense.build((None, 4))
-    want = _np(tfinit.GaussianFill(std=0.3, seed=5)((4, 3), "float32"))
+    want = to_numpy(tfinit.GaussianFill(std=0.3, seed=5)((4, 3), "float32"))
     info = mp.parameter_info(dense.kernel)
     assert info.param is dense.kernel and info.name == "kernel"
     (key,) = info.blob_copy
@@ -72,13 +48,13 @@ def test_scope_pairs_with_the_exact_fp32_initializer_value(mp, mode, dtype):
     if mode == "pseudo_fp16":
         assert key == "float32" and info.blob_copy[np.float32] is other
         assert dense.kernel.dtype == dtype and other.dtype == "float32"
-        master, copy = _np(other), _np(dense.kernel)
+        master, copy = to_numpy(other), to_numpy(dense.kernel)
     else:
         assert key == dtype and dense.kernel.dtype == "float32" and other.dtype == dtype
-        master, copy = _np(dense.kernel), _np(other)
+        master, copy = to_numpy(dense.kernel), to_numpy(other)
     assert master.tobytes() == want.tobytes()
     assert copy.tobytes() == want.astype(NP16[dtype]).tobytes()
-    assert _np(dense(np.ones((2, 4), np.float32))).dtype == NP16[dtype]
+    assert to_numpy(dense(np.ones((2, 4), np.float32))).dtype == NP16[dtype]
 
 
 @jax_only
@@ -97,7 +73,7 @@ def test_normalization_state_stays_float32_and_unpaired(mp, mode, dtype):
         ref = L.Normalization()
         ref.adapt(data)
     assert [w.dtype for w in norm.weights] == [w.dtype for w in ref.weights]
-    _assert_same_bits(norm.get_weights(), ref.get_weights())
+    assert_same_bits(norm.get_weights(), ref.get_weights())
     for weight in [*bn.weights, *norm.weights]:
         with pytest.raises(ValueError, match="no fp32 master/16-bit copy pair"):
             mp.parameter_info(weight)
@@ -110,15 +86,15 @@ def test_writes_reach_the_master_and_set_weights_is_lossless(mp, mode, dtype):
         model = _model()
     masters = mp.get_master_weights(model)
     model.set_weights(model.get_weights())  # a 16-bit value touches only what it changes
-    _assert_same_bits(mp.get_master_weights(model), masters)
+    assert_same_bits(mp.get_master_weights(model), masters)
     changed = [w.copy() for w in model.get_weights()]
     changed[0][0, 0] = changed[0][0, 0] + changed[0].dtype.type(1)  # that element: widened
     model.set_weights(changed)
     want = [m.copy() for m in masters]
     want[0][0, 0] = np.float32(changed[0][0, 0])
-    _assert_same_bits(mp.get_master_weights(model), want)
+    assert_same_bits(mp.get_master_weights(model), want)
     mp.set_master_weights(model, masters)
-    _assert_same_bits(mp.get_master_weights(model), masters)
+    assert_same_bits(mp.get_master_weights(model), masters)
     kernel = model.layers[0].kernel
     kernel.assign_add(np.full(kernel.shape, 1e-4, np.float32))
     master = mp.get_master_weights(model)[0]
@@ -156,10 +132,10 @@ def test_compile_wraps_and_a_step_with_an_overflow_is_skipped(mp):
     before = mp.get_master_weights(model)
     grads = [np.full((2, 1), np.inf, np.float16), np.ones((1,), np.float16)]
     opt.apply(grads)
-    _assert_same_bits(mp.get_master_weights(model), before)
-    assert float(_np(opt.dynamic_scale)) == 2.0**14 and int(_np(opt.iterations)) == 0
+    assert_same_bits(mp.get_master_weights(model), before)
+    assert float(to_numpy(opt.dynamic_scale)) == 2.0**14 and int(to_numpy(opt.iterations)) == 0
     opt.apply([np.ones((2, 1), np.float16), np.ones((1,), np.float16)])
-    assert int(_np(opt.iterations)) == 1
+    assert int(to_numpy(opt.iterations)) == 1
     step = np.float32(0.1) * (np.float32(1.0) / np.float32(2.0**14))
     assert mp.get_master_weights(model)[1].tobytes() == (before[1] - step).tobytes()
 
@@ -200,8 +176,9 @@ def test_pair_initializers_follow_their_own_scope_on_jax(mp):
     with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
         dense = L.Dense(2, kernel_initializer=init)
         dense.build((None, 3))
-    want = _np(tfinit.GaussianFill(seed=3)((3, 2), "float32"))
-    assert _np(mp.parameter_info(dense.kernel).blob_copy["float32"]).tobytes() == want.tobytes()
+    want = to_numpy(tfinit.GaussianFill(seed=3)((3, 2), "float32"))
+    master = mp.parameter_info(dense.kernel).blob_copy["float32"]
+    assert to_numpy(master).tobytes() == want.tobytes()
     with mp.scope("reverse", compute_dtype="bfloat16"):
         with pytest.raises(ValueError, match="PseudoFP16Initializer.*scope\\('reverse'"):
             L.Dense(2, kernel_initializer=init).build((None, 3))
@@ -227,17 +204,17 @@ def test_files_store_the_masters_and_load_them_exactly(mp, tmp_path, mode, dtype
                   for i in range(n)]
     # (model.weights: dense's 2, BatchNormalization's 4, dense_1's 2: the file's order)
     assert [s.dtype for s in stored] == [np.float32] * 8
-    _assert_same_bits(stored, masters)
+    assert_same_bits(stored, masters)
     with mp.scope(mode, compute_dtype=dtype):
         loaded = keras.models.load_model(tmp_path / "m.keras")
         other = _model()
     other.load_weights(tmp_path / "m.weights.h5")
     for got in (loaded, other):
-        _assert_same_bits(mp.get_master_weights(got), masters)
+        assert_same_bits(mp.get_master_weights(got), masters)
     assert isinstance(loaded.optimizer, mp.MasterWeightOptimizer)
     plain = _model()  # an fp32 Keras model reads the masters
     plain.load_weights(tmp_path / "m.weights.h5")
-    _assert_same_bits(plain.get_weights(), masters)
+    assert_same_bits(plain.get_weights(), masters)
 
 
 @jax_only
@@ -316,16 +293,6 @@ _READ = textwrap.dedent("""
 """)
 
 
-def _run(backend, script, *args):
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TFINIT_TEST_WITHOUT_TENSORFLOW", None)
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 def _tensorflow_installed():
     import importlib.util
 
@@ -341,5 +308,5 @@ def _tensorflow_installed():
 def test_a_file_written_on_one_backend_loads_exactly_on_the_other(tmp_path, writer, reader,
                                                                   mode, dtype):
     assert _tensorflow_installed()
-    _run(writer, _WRITE, mode, dtype, str(tmp_path))
-    assert "ok " + reader in _run(reader, _READ, mode, dtype, str(tmp_path))
+    run_python("-c", _WRITE, mode, dtype, tmp_path, backend=writer)
+    assert "ok " + reader in run_python("-c", _READ, mode, dtype, tmp_path, backend=reader)

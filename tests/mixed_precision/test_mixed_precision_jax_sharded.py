@@ -10,29 +10,25 @@ holds exactly as the sharding rule gives; weights and
 ``jax.distributed`` (tests/mixed_precision/_jax_two_hosts.py) train the masters of one.
 """
 
-import os
 import socket
 import subprocess
 import sys
 
 import keras
 import pytest
+from _parity import HERE
+from _subprocess import environment, run_python
 from conftest import REPO
 
 pytestmark = [pytest.mark.backend_neutral,
               pytest.mark.skipif(keras.backend.backend() != "jax",
                                  reason="runs in CI's JAX pass (KERAS_BACKEND=jax)")]
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_jax_sharded.py")
+SCRIPT = HERE / "_jax_sharded.py"
 
 
 def _run(part):
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, SCRIPT, part], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert proc.stdout.strip().endswith("OK"), proc.stdout[-3000:]
+    run_python(SCRIPT, part, backend="jax", devices=4, needs_tensorflow=False, timeout=400,
+               ends_with="OK")
 
 
 @pytest.mark.slow  # a subprocess, 16 trainings with their Keras mixed oracles
@@ -58,10 +54,8 @@ def _free_port():
 
 @pytest.mark.slow  # three processes (two joined by jax.distributed), ~30 s on 2 cores
 def test_two_hosts_train_the_masters_of_one_and_write_a_file_one_host_loads(tmp_path):
-    script = os.path.join(os.path.dirname(SCRIPT), "_jax_two_hosts.py")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    script = str(HERE / "_jax_two_hosts.py")
+    env = environment("jax", devices=2, needs_tensorflow=False)
     port = _free_port()
     workers = [subprocess.Popen([sys.executable, script, "worker", str(rank), str(port),
                                  str(tmp_path)], env=env, cwd=REPO, stdout=subprocess.PIPE,
@@ -77,9 +71,6 @@ def test_two_hosts_train_the_masters_of_one_and_write_a_file_one_host_loads(tmp_
                 worker.communicate()
     for worker, output in zip(workers, outputs, strict=True):
         assert worker.returncode == 0 and output.strip().endswith("OK"), output[-3000:]
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-    proc = subprocess.run([sys.executable, script, "reference", str(tmp_path)], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "both processes hold the masters of one process" in proc.stdout
-    assert proc.stdout.strip().endswith("OK"), proc.stdout[-3000:]
+    out = run_python(script, "reference", tmp_path, backend="jax", devices=4,
+                     needs_tensorflow=False, timeout=180, ends_with="OK")
+    assert "both processes hold the masters of one process" in out

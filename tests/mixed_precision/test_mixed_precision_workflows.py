@@ -1,51 +1,37 @@
 """Mixed precision in the workflows Keras users run: nothing lost, silently or otherwise.
 
-Each test is one reproduction from the "nothing lost" issue, run as a user would.
+Each test is one reproduction from the "nothing lost" issue, run as a user would. The module
+runs on every backend (CI's JAX pass too); the tests that need TensorFlow (``tf.Variable``,
+SavedModel, ``tf.function``, its pair records) are marked ``tensorflow_only``. On JAX only:
+``keras.distribution.DataParallel`` over two host devices (in a fresh process,
+tests/mixed_precision/_jax_data_parallel.py: ``XLA_FLAGS`` must be set before JAX is
+imported): masters bit-identical to Keras ``mixed_*`` under the same distribution, copies
+``cast(master)``, both replicated and equal on both devices.
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 
+import _parity as P
 import keras
 import ml_dtypes
 import numpy as np
 import pytest
-import tensorflow as tf
+from _parity import NP, master_bytes as _masters, mlp as _mlp, perturb as _perturb
+from _subprocess import run_python
 
 from tfinit import mixed_precision as mp
-from tfinit.mixed_precision._tensorflow import pair_records as _pairs
 
-SPECS = [("pseudo_fp16", "float16"), ("pseudo_fp16", "bfloat16"),
-         ("reverse", "float16"), ("reverse", "bfloat16")]
-NP16 = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
-
-
-def _mlp():
-    return keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
-                             keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
+SPECS = P.SPECS
+NP16 = P.NP16
+_assert_copies_synced = P.assert_copies_synced
 
 
-def _masters(model):
-    return [a.tobytes() for a in mp.get_master_weights(model)]
+def _tf_pairs():
+    """TensorFlow's pair records (imported by the tensorflow_only tests that use them)."""
+    from tfinit.mixed_precision._tensorflow import pair_records
 
-
-def _perturb(model):
-    """Give every master bits its 16-bit copy cannot hold, so any rounding shows."""
-    arrays = mp.get_master_weights(model)
-    rng = np.random.default_rng(0)
-    arrays = [a + (rng.normal(size=a.shape) * 1e-4).astype(a.dtype) for a in arrays]
-    mp.set_master_weights(model, arrays)
-    return arrays
-
-
-def _assert_copies_synced(model):
-    pairs = _pairs.pairs_of(model.weights)
-    assert pairs
-    for pair in pairs:
-        cast = tf.cast(pair.master, pair.copy.dtype).numpy()
-        assert cast.tobytes() == pair.copy.numpy().tobytes(), pair.name
+    return pair_records
 
 
 # ----------------------------------------------------------------- 1. loss scaling once
@@ -111,8 +97,9 @@ def _assert_serves(artifact, model, outputs, x, want, compute_dtype):
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_export_and_saved_model_serve_the_same_outputs(tmp_path, mode, compute_dtype):
+def test_export_and_saved_model_serve_the_same_outputs(tf, tmp_path, mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
         model = _mlp()
     _perturb(model)
@@ -135,8 +122,9 @@ def test_export_and_saved_model_serve_the_same_outputs(tmp_path, mode, compute_d
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_every_standard_read_gives_the_variable_itself(mode, compute_dtype):
+def test_every_standard_read_gives_the_variable_itself(tf, mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
         layer = keras.layers.Dense(3)
         layer.build((None, 2))
@@ -157,7 +145,7 @@ def test_every_standard_read_gives_the_variable_itself(mode, compute_dtype):
         assert array.tobytes() == reference.tobytes(), how
     master = mp.get_master_weights(layer)[0]
     assert master.dtype == np.float32
-    assert master.astype(NP16[compute_dtype]).tobytes() == _pairs.pair_of(
+    assert master.astype(NP16[compute_dtype]).tobytes() == _tf_pairs().pair_of(
         kernel).copy.numpy().tobytes()
 
 
@@ -200,13 +188,15 @@ def test_16bit_value_changes_only_the_elements_it_changes():
     assert master.ravel()[1:].tobytes() == exact.ravel()[1:].tobytes()  # untouched
 
 
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
-@pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
-def test_early_stopping_restores_best_masters_exactly(compute_dtype):
+@pytest.mark.slow  # fit for four epochs (over 1 s on 2 cores)
+@pytest.mark.parametrize("mode, compute_dtype", [("pseudo_fp16", "float16"),
+                                                 ("pseudo_fp16", "bfloat16"),
+                                                 ("reverse", "float16")])
+def test_early_stopping_restores_best_masters_exactly(mode, compute_dtype):
     keras.utils.set_random_seed(0)
     x = np.random.default_rng(0).normal(size=(64, 3)).astype("f4")
     y = (x @ np.array([[0.5], [-1.0], [2.0]], "f4")).astype("f4")
-    with mp.scope("pseudo_fp16", compute_dtype=compute_dtype):
+    with mp.scope(mode, compute_dtype=compute_dtype):
         model = _mlp()
     model.compile(optimizer=mp.MasterWeightOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
     scores = [3.0, 1.0, 2.0, 4.0, 5.0, 6.0]  # best at epoch 1, patience 2 stops at epoch 3
@@ -221,14 +211,19 @@ def test_early_stopping_restores_best_masters_exactly(compute_dtype):
     model.fit(x, y, epochs=6, batch_size=16, verbose=0, callbacks=[Score(), stop],
               shuffle=False)
     assert stop.best_epoch == 1 and stop.stopped_epoch == 3
+    assert [w.dtype for w in stop.best_weights] == [np.float32] * 8
     assert recorded[3] != recorded[1]  # so restoring changes something
     assert _masters(model) == recorded[1]
+    _assert_copies_synced(model)
+    # training goes on after the restore, the copies still cast(master)
+    model.fit(x, y, epochs=1, batch_size=16, verbose=0, shuffle=False)
+    assert _masters(model) != recorded[1]
     _assert_copies_synced(model)
 
 
 @pytest.mark.slow  # two fits of four epochs (over 1 s on 2 cores)
 @pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
-def test_keras_early_stopping_rounds_masters_as_the_readme_says(compute_dtype):
+def test_keras_early_stopping_rounds_masters_as_the_docs_say(compute_dtype):
     """The documented contrast, in ``fit``: ``keras.callbacks.EarlyStopping`` records
     ``get_weights()`` (the 16-bit copies), so its restore sets each master to the exact
     widening of the best master's 16-bit cast; ``mp.EarlyStopping`` restores the best masters
@@ -259,7 +254,7 @@ def test_keras_early_stopping_rounds_masters_as_the_readme_says(compute_dtype):
 
     model, recorded, restored = fit_with(keras.callbacks.EarlyStopping)
     best, last = recorded[1], recorded[3]
-    dtypes = [NP16.get(v.dtype, np.float32) for v in model.weights]
+    dtypes = [NP[v.dtype] for v in model.weights]
     assert dtypes.count(NP16[compute_dtype]) == 4  # the Dense kernels and biases are paired
     # Keras restores set_weights(best copies); a 16-bit value set that way touches only the
     # elements whose copy it changes (docs): those get the exact widening of the best copy,
@@ -305,6 +300,7 @@ class Subclassed(keras.Model):
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
 def test_subclassed_model_built_by_fit_after_the_scope_gets_masters(mode, compute_dtype):
     with mp.scope(mode, compute_dtype=compute_dtype):
@@ -314,6 +310,7 @@ def test_subclassed_model_built_by_fit_after_the_scope_gets_masters(mode, comput
     x = np.random.default_rng(2).normal(size=(32, 3)).astype("f4")
     history = model.fit(x, x[:, :1], epochs=3, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
+    _pairs = _tf_pairs()
     paired = {v.path for v in model.trainable_variables if _pairs.pair_of(v) is not None}
     assert {model.hidden.kernel.path, model.out.kernel.path} <= paired
     # normalization stays fp32 in pseudo_fp16 (unpaired), paired in reverse (it is fp32)
@@ -321,11 +318,12 @@ def test_subclassed_model_built_by_fit_after_the_scope_gets_masters(mode, comput
     _assert_copies_synced(model)
 
 
+@pytest.mark.tensorflow_only
 def test_model_built_by_its_first_call_after_the_scope_gets_fp32_filled_masters():
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
         model = Subclassed()
     model(np.ones((2, 3), "f4"))
-    pair = _pairs.pair_of(model.hidden.kernel)
+    pair = _tf_pairs().pair_of(model.hidden.kernel)
     assert pair is not None and model.hidden.kernel.dtype == "float16"
     master = pair.master.numpy()
     # The initializer ran in fp32: the master has bits a 16-bit fill would not have.
@@ -336,6 +334,7 @@ def test_model_built_by_its_first_call_after_the_scope_gets_fp32_filled_masters(
 
 
 @pytest.mark.slow  # a subprocess
+@pytest.mark.tensorflow_only  # from a process with TensorFlow (the JAX pass runs this module)
 def test_scope_on_jax_backend_pairs_without_tensorflow():
     """On JAX, TensorFlow blocked, the scope pairs
     (tests/mixed_precision/test_mixed_precision_jax.py has the
@@ -353,14 +352,15 @@ def test_scope_on_jax_backend_pairs_without_tensorflow():
         info = mp.parameter_info(dense.kernel)
         print("PAIRED:", dense.kernel.dtype, info.blob_copy["float16"].dtype)
     """)
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(),
-                                                         os.environ.get("PYTHONPATH")])))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=os.path.dirname(os.path.dirname(
-                             os.path.abspath(__file__))))
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "PAIRED: float32 float16" in out.stdout
+    assert "PAIRED: float32 float16" in run_python("-c", code, backend="jax")
+
+
+@pytest.mark.slow  # a subprocess, four trainings and their oracles (~15 s on 2 cores)
+@pytest.mark.skipif(keras.backend.backend() != "jax",
+                    reason="keras.distribution on JAX host devices: runs in CI's JAX pass")
+def test_data_parallel_masters_match_keras_mixed_bit_for_bit():
+    run_python(P.HERE / "_jax_data_parallel.py", backend="jax", devices=2,
+               needs_tensorflow=False, ends_with="OK")
 
 
 # ----------------------------------------------------------------- 7. across dtypes
@@ -379,10 +379,8 @@ def test_float16_file_loaded_in_bfloat16_scope_sets_every_master_exactly(tmp_pat
     with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
         loaded = keras.models.load_model(path, compile=compile_)
     assert loaded.layers[0].kernel.dtype == "bfloat16"
-    pairs = _pairs.pairs_of(loaded.weights)
-    assert len(pairs) == 4  # both Dense kernels and biases
     assert _masters(loaded) == _masters(model)
-    _assert_copies_synced(loaded)
+    _assert_copies_synced(loaded, count=4)  # both Dense kernels and biases
 
 
 # ----------------------------------------------------------------- 8 and 9. small defects
@@ -395,14 +393,18 @@ def test_loss_scale_must_be_dynamic_none_or_finite_positive(bad):
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), loss_scale=bad)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, tf.float16, "float16", np.dtype("float16")])
-def test_scope_accepts_every_spelling_of_a_dtype(dtype):
-    with mp.scope(compute_dtype=dtype):
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("dtype", [lambda tf: np.float16, lambda tf: tf.float16,
+                                   lambda tf: "float16", lambda tf: np.dtype("float16")],
+                         ids=["numpy", "tensorflow", "name", "numpy_dtype"])
+def test_scope_accepts_every_spelling_of_a_dtype(tf, dtype):
+    with mp.scope(compute_dtype=dtype(tf)):
         v = tf.Variable(1.0)
     assert v.dtype == tf.float16
 
 
-def test_blob_copy_accepts_dtype_names_and_assign_add_returns_the_variable_value():
+@pytest.mark.tensorflow_only
+def test_blob_copy_accepts_dtype_names_and_assign_add_returns_the_variable_value(tf):
     with mp.scope():
         layer = keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")
         layer.build((None, 1))
@@ -413,6 +415,7 @@ def test_blob_copy_accepts_dtype_names_and_assign_add_returns_the_variable_value
     assert mp.get_master_weights(layer)[0][0, 0] == np.float32(1 + 2**-12)
 
 
+@pytest.mark.tensorflow_only
 def test_clone_model_outside_the_scope_says_what_to_do():
     with mp.scope():
         model = _mlp()
@@ -423,7 +426,7 @@ def test_clone_model_outside_the_scope_says_what_to_do():
     assert "rebuilding it outside a scope would create 16-bit weights" in message
     with mp.scope():
         clone = keras.models.clone_model(model)
-    assert _pairs.pair_of(clone.layers[0].kernel) is not None
+    assert _tf_pairs().pair_of(clone.layers[0].kernel) is not None
 
 
 # ----------------------------------------------------------------- the master-weight API
@@ -442,22 +445,45 @@ def test_set_master_weights_refuses_wrong_count_and_shape_naming_the_variable():
         mp.get_master_weights([1, 2])
 
 
-@pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.slow  # over 1 s on 2 cores
+@pytest.mark.parametrize("mode, compute_dtype", [("pseudo_fp16", "float16"),
+                                                 ("reverse", "bfloat16")])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_save_weights_writes_a_plain_file_a_plain_model_loads(tmp_path, dtype, dtype_policy):
-    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+def test_save_weights_writes_a_plain_file_a_plain_model_loads(tmp_path, dtype_policy, mode,
+                                                              compute_dtype, dtype):
+    with mp.scope(mode, compute_dtype=compute_dtype):
         model = _mlp()
     masters = _perturb(model)
     path = str(tmp_path / f"{dtype}.weights.h5")
+    hooks = [layer.__dict__.get("save_own_variables") for layer in model.layers]
     mp.save_weights(model, path, dtype=dtype)
+    assert [layer.__dict__.get("save_own_variables") for layer in model.layers] == hooks
     with dtype_policy(dtype):
         plain = _mlp()
     plain.load_weights(path)
     for want, have in zip(masters, plain.get_weights(), strict=True):
-        expected = np.asarray(tf.cast(want, dtype))
-        assert have.tobytes() == expected.tobytes()
-    with pytest.raises(ValueError, match="argument `dtype` must be"):
-        mp.save_weights(model, path, dtype="int8")
+        assert have.dtype == NP[dtype]
+        assert have.tobytes() == want.astype(NP[dtype]).tobytes()  # rounded to nearest
+    with mp.scope(mode, compute_dtype=compute_dtype):
+        fresh = _mlp()
+    fresh.load_weights(path)  # a 16-bit file loads as its exact widening
+    for want, have in zip(masters, mp.get_master_weights(fresh), strict=True):
+        assert have.tobytes() == want.astype(NP[dtype]).astype(np.float32).tobytes()
+    _assert_copies_synced(fresh)
+    assert _masters(model) == [m.tobytes() for m in masters]  # saving changed nothing
+
+
+def test_save_weights_refuses_bad_arguments_and_a_stale_copy(tmp_path):
+    with mp.scope("pseudo_fp16", compute_dtype="float16"):
+        model = _mlp()
+    with pytest.raises(ValueError, match="argument `dtype` must be None, 'float32'"):
+        mp.save_weights(model, str(tmp_path / "m.weights.h5"), dtype="int8")
+    with pytest.raises(ValueError, match="argument `filepath` must end in '.weights.h5'"):
+        mp.save_weights(model, str(tmp_path / "m.h5"))
+    kernel = model.layers[0].kernel
+    keras.Variable.assign(kernel, np.ones(kernel.shape, np.float16))  # the copy alone
+    with pytest.raises(ValueError, match="changed without its fp32 master"):
+        mp.save_weights(model, str(tmp_path / "m.weights.h5"))
 
 
 def test_16bit_file_loads_into_pseudo_model_as_exact_widening(tmp_path):
@@ -494,8 +520,9 @@ def test_compile_wraps_a_plain_optimizer_in_master_weight_optimizer(mode, comput
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("mode, compute_dtype", SPECS)
-def test_a_plain_optimizer_is_refused_at_its_first_step(mode, compute_dtype):
+def test_a_plain_optimizer_is_refused_at_its_first_step(tf, mode, compute_dtype):
     """A custom loop, or a model assembled outside the scope, with a plain Keras optimizer."""
     with mp.scope(mode, compute_dtype=compute_dtype):
         layer = keras.layers.Dense(2)
@@ -515,11 +542,12 @@ def test_a_plain_optimizer_is_refused_at_its_first_step(mode, compute_dtype):
     _assert_copies_synced(model)
 
 
-def test_saving_refuses_a_copy_changed_behind_its_master(tmp_path):
+@pytest.mark.tensorflow_only
+def test_saving_refuses_a_copy_changed_behind_its_master(tf, tmp_path):
     """The 16-bit variable changed by hand, not through Keras: saving must not drop that."""
     with mp.scope("pseudo_fp16", compute_dtype="float16"):
         model = _mlp()
-    copy = _pairs.pair_of(model.layers[0].kernel).copy
+    copy = _tf_pairs().pair_of(model.layers[0].kernel).copy
     copy.assign(copy + tf.constant(0.5, tf.float16))
     with pytest.raises(ValueError, match="changed without its fp32 master.*MasterWeightOptimizer"):
         model.save_weights(str(tmp_path / "w.weights.h5"))
@@ -527,7 +555,8 @@ def test_saving_refuses_a_copy_changed_behind_its_master(tmp_path):
         tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
 
 
-def test_shared_weight_gradient_is_summed_in_fp32_like_keras():
+@pytest.mark.tensorflow_only
+def test_shared_weight_gradient_is_summed_in_fp32_like_keras(tf):
     """A Dense read 16 times: each read's gradient comes back in fp32 (as Keras's cast) and
     the tape sums the 16 in fp32, so the gradient is Keras ``mixed_float16``'s bit for bit
     (the same reads, the same float16 arithmetic per read, the same fp32 sum: docs,
@@ -578,8 +607,9 @@ def test_shared_weight_gradient_is_summed_in_fp32_like_keras():
 
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("compute_dtype", ["float16", "bfloat16"])
-def test_a_caffe2_char_rnn_converted_in_a_scope_trains_in_graph_mode(compute_dtype):
+def test_a_caffe2_char_rnn_converted_in_a_scope_trains_in_graph_mode(tf, compute_dtype):
     import caffe2_nets as nets
     from tfinit.caffe2 import to_keras
 

@@ -8,45 +8,26 @@ documented, and carry on from there.
 """
 
 import json
-import os
-import subprocess
-import sys
 
+import _parity as P
 import keras
 import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
+from _subprocess import run_python
+from _split_cases import FP32, SPLIT
+from _split_cases import assert_equal_up_to_ties as _assert_equal_up_to_ties
+from _split_cases import data as _data
+from _split_cases import layout_case as _layout_case
+from _split_cases import model as _model
 
 from tfinit._split_master import tensorflow as _split_master
 from tfinit import mixed_precision as mp
 from tfinit.mixed_precision._tensorflow import pair_records as _pairs
 
-SPLIT = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="split")
-FP32 = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="fp32")
-
 
 # ------------------------------------------------------------------ the bit layout
-
-def _special_bits():
-    return np.array([
-        0x00000000, 0x80000000,              # +0.0, -0.0
-        0x7F800000, 0xFF800000,              # +inf, -inf
-        0x00000001, 0x80000001, 0x007FFFFF,  # subnormals
-        0x00008000, 0x00018000,              # subnormal ties (even, odd top half)
-        0x3F808000, 0xBF808000,              # ties above an even copy (+, -): not exact
-        0x3F818000, 0xBF818000,              # ties above an odd copy: exact
-        0x3F807FFF, 0x3F808001,              # either side of a tie
-        0x7F7FFFFF, 0x7F7F8000,              # the largest floats: their copy is inf
-    ], np.uint32)
-
-
-def _layout_case(seed=0, n=200_000):
-    rng = np.random.default_rng(seed)
-    bits = np.concatenate([_special_bits(), rng.integers(0, 2**32, n, dtype=np.uint64)
-                           .astype(np.uint32)])
-    return bits
-
 
 @pytest.mark.parametrize("context", ["eager", "function", "jit"])
 def test_split_and_join_are_exact_except_the_tie_above_an_even_copy(context):
@@ -100,14 +81,6 @@ def test_split_is_refused_with_float16_and_in_reverse_mode():
             pass
 
 
-def _model(master, seed=7, units=(24, 5)):
-    keras.utils.set_random_seed(seed)
-    with mp.scope(**(SPLIT if master == "split" else FP32)):
-        return keras.Sequential([keras.Input((10,)),
-                                 keras.layers.Dense(units[0], activation="tanh"),
-                                 keras.layers.Dense(units[1])])
-
-
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only():
     split, fp32 = _model("split"), _model("fp32")
@@ -129,11 +102,6 @@ def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only():
 
 # ------------------------------------------------------------------ training: bit identity
 
-def _data(n=48):
-    rng = np.random.default_rng(0)
-    return rng.normal(size=(n, 10)).astype(np.float32), rng.normal(size=(n, 5)).astype(np.float32)
-
-
 def _stepper(model, optimizer, context):
     def step(x, y):
         with tf.GradientTape() as tape:
@@ -143,10 +111,6 @@ def _stepper(model, optimizer, context):
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
     return step if context == "eager" else tf.function(step, jit_compile=context == "jit")
-
-
-def _bits(arrays):
-    return [a.view(np.uint32).copy() for a in arrays]
 
 
 def train_side_by_side(make_optimizer, context, steps=6, ulps=0):
@@ -234,22 +198,6 @@ def test_split_masters_equal_fp32_masters_bit_for_bit(name, context):
     assert ties <= 2, ties
 
 
-def _assert_equal_up_to_ties(want, got, ulps=0):
-    """``got`` (split masters) == ``want`` (fp32-master ones) bit for bit (or within ``ulps``),
-    ties 1 ulp toward their copy; returns the number of ties."""
-    ties = 0
-    for w, g in zip(_bits(want), _bits(got), strict=True):
-        tie = ((w & 0xFFFF) == 0x8000) & (((w >> 16) & 1) == 0)
-        if ulps:
-            apart = np.abs(g.astype(np.int64) - w.astype(np.int64))
-            assert apart[~tie].max() <= ulps
-        else:
-            np.testing.assert_array_equal(g[~tie], w[~tie])
-        np.testing.assert_array_equal(g[tie], w[tie] - 1)
-        ties += int(tie.sum())
-    return ties
-
-
 class _History(keras.callbacks.Callback):
     """The masters after every batch."""
 
@@ -331,13 +279,8 @@ def test_fit_with_jit_compile_keeps_the_scratch_and_stays_exact():
 
 @pytest.mark.slow  # over 1 s on 2 cores (the fast loop: README, Development)
 def test_mirrored_strategy_two_replicas():
-    here = os.path.dirname(__file__)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(here)), os.environ.get("PYTHONPATH", "")]))
-    result = subprocess.run([sys.executable, os.path.join(here, "_split_master_mirrored.py")],
-                            capture_output=True, text=True, timeout=600, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    out = run_python(P.HERE / "_split_master_mirrored.py", timeout=600)
+    found = json.loads(out.strip().splitlines()[-1])
     assert found["loop_identical"] and found["fit_identical"], found
     assert found["loop_ties"] == 0, found
     assert found["mismatches"] == [], found

@@ -14,41 +14,21 @@ import keras
 import ml_dtypes
 import numpy as np
 import pytest
+from _arrays import to_numpy as _np
+from _subprocess import run_python
+from _split_cases import FP32, SPLIT
+from _split_cases import assert_equal_up_to_ties as _assert_equal_up_to_ties
+from _split_cases import data as _data
+from _split_cases import layout_case as _layout_case
+from _split_cases import model as _model
 
 pytestmark = pytest.mark.backend_neutral  # runs on JAX too: CI's JAX pass selects it
 ON_JAX = keras.backend.backend() == "jax"
 jax_only = pytest.mark.skipif(not ON_JAX, reason="runs in CI's JAX pass (KERAS_BACKEND=jax); "
                               "TensorFlow's split is tests/mixed_precision/test_split_master.py")
-SPLIT = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="split")
-FP32 = dict(mode="pseudo_fp16", compute_dtype="bfloat16", master="fp32")
-
-
-@pytest.fixture
-def mp():
-    from tfinit import mixed_precision
-
-    return mixed_precision
-
-
-def _np(x):
-    return np.asarray(keras.ops.convert_to_numpy(x))
 
 
 # ------------------------------------------------------------------ the bit layout
-
-def _layout_case(seed=0, n=200_000):
-    special = np.array([
-        0x00000000, 0x80000000, 0x7F800000, 0xFF800000,       # zeros, infinities
-        0x00000001, 0x80000001, 0x007FFFFF,                   # subnormals
-        0x00008000, 0x00018000,                               # subnormal ties
-        0x3F808000, 0xBF808000,                               # ties above an even copy
-        0x3F818000, 0xBF818000,                               # ties above an odd copy
-        0x3F807FFF, 0x3F808001, 0x7F7FFFFF, 0x7F7F8000,
-    ], np.uint32)
-    rng = np.random.default_rng(seed)
-    return np.concatenate([special, rng.integers(0, 2**32, n, dtype=np.uint64)
-                           .astype(np.uint32)])
-
 
 @jax_only
 @pytest.mark.parametrize("context", ["eager", "jit"])
@@ -89,20 +69,12 @@ def test_the_scope_refuses_float16_and_reverse_as_on_tensorflow(mp):
             pass
 
 
-def _model(mp, master, seed=7, units=(24, 5)):
-    keras.utils.set_random_seed(seed)
-    with mp.scope(**(SPLIT if master == "split" else FP32)):
-        return keras.Sequential([keras.Input((10,)),
-                                 keras.layers.Dense(units[0], activation="tanh"),
-                                 keras.layers.Dense(units[1])])
-
-
 @jax_only
 def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only(mp):
     from tfinit import _keras_internals as internals
     from tfinit.mixed_precision._keras_variables import pair_records as _jax_pairs
 
-    split, fp32 = _model(mp, "split"), _model(mp, "fp32")
+    split, fp32 = _model("split"), _model("fp32")
     for v in split.weights:
         info = mp.parameter_info(v)
         assert v.dtype == "bfloat16" and list(info.blob_copy) == ["int16"]
@@ -116,24 +88,6 @@ def test_a_split_pair_holds_a_bfloat16_copy_and_an_int16_remainder_only(mp):
 
 
 # ------------------------------------------------------------------ training: bit identity
-
-def _data(n=48):
-    rng = np.random.default_rng(0)
-    return rng.normal(size=(n, 10)).astype(np.float32), rng.normal(size=(n, 5)).astype(np.float32)
-
-
-def _assert_equal_up_to_ties(want, got):
-    """``got`` (split masters) == ``want`` (fp32-master ones) bit for bit, ties 1 ulp toward
-    their copy; returns the number of ties."""
-    ties = 0
-    for w, g in zip(want, got, strict=True):
-        w, g = w.view(np.uint32), g.view(np.uint32)
-        tie = ((w & 0xFFFF) == 0x8000) & (((w >> 16) & 1) == 0)
-        np.testing.assert_array_equal(g[~tie], w[~tie])
-        np.testing.assert_array_equal(g[tie], w[tie] - 1)
-        ties += int(tie.sum())
-    return ties
-
 
 def _gradients(model, x, y):
     """The gradients of the model's 16-bit variables (JAX), eagerly."""
@@ -164,7 +118,7 @@ def train_side_by_side(mp, make_optimizer, context, steps=4):
     ``apply`` with gradients from ``jax.grad``); returns (updates, ties).
     After a tie the fp32 run is set to the split run's masters and both carry on."""
     x, y = _data()
-    models = _model(mp, "fp32"), _model(mp, "split")
+    models = _model("fp32"), _model("split")
     optimizers = [mp.MasterWeightOptimizer(make_optimizer()) for _ in models]
     for model, optimizer in zip(models, optimizers, strict=True):
         model.compile(optimizer=optimizer, loss="mse")
@@ -213,7 +167,7 @@ def test_split_masters_equal_fp32_masters_bit_for_bit(mp, name, context):
 
 @jax_only
 def test_an_eager_step_with_an_overflow_changes_no_master(mp):
-    model = _model(mp, "split")
+    model = _model("split")
     opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(0.1), loss_scale="dynamic")
     opt.build(model.trainable_variables)
     before = mp.get_master_weights(model)
@@ -243,7 +197,7 @@ NON_TRAINING_CALLS = {
 def _compiled_pair(mp, freeze=None):
     """(fp32-master model, split model), ``freeze`` applied to each, the same weights, each
     compiled with its own Adam (the fp32-master run is the split run's oracle)."""
-    models = _model(mp, "fp32"), _model(mp, "split")
+    models = _model("fp32"), _model("split")
     for model in models:
         if freeze is not None:
             freeze(model)
@@ -338,7 +292,7 @@ def test_fit_and_train_on_batch_leave_frozen_split_masters_exact(mp, freeze):
 
 @jax_only
 def test_set_master_weights_is_exact_and_a_tie_moves_one_ulp_toward_its_copy(mp):
-    model = _model(mp, "split")
+    model = _model("split")
     arrays = mp.get_master_weights(model)
     kernel = arrays[0].copy()
     kernel.view(np.uint32)[0, 0] = 0x3F808000  # a tie above the even copy 0x3F80 (1.0)
@@ -359,7 +313,7 @@ def test_set_master_weights_is_exact_and_a_tie_moves_one_ulp_toward_its_copy(mp)
 
 
 def _perturbed(mp):
-    model = _model(mp, "split")
+    model = _model("split")
     rng = np.random.default_rng(1)
     mp.set_master_weights(model, [w + np.float32(1e-4) + rng.normal(size=w.shape)
                                   .astype(np.float32) * np.float32(1e-5)
@@ -396,7 +350,7 @@ def test_keras_files_round_trip_and_cross_to_the_fp32_master_scope(mp, tmp_path,
         if suffix == ".keras":
             with mp.scope(**(SPLIT if master == "split" else FP32)):
                 return keras.models.load_model(path)
-        other = _model(mp, master, seed=99)
+        other = _model(master, seed=99)
         other.load_weights(path)
         return other
 
@@ -522,26 +476,10 @@ print("ok", keras.backend.backend())
 """
 
 
-def _run(backend, script, folder):
-    import os
-    import subprocess
-    import sys
-
-    from conftest import REPO
-
-    env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TFINIT_TEST_WITHOUT_TENSORFLOW", None)
-    proc = subprocess.run([sys.executable, "-c", script, folder], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 @pytest.mark.slow
 @pytest.mark.tensorflow_only  # both backends, in subprocesses: TensorFlow must be installed
 @pytest.mark.parametrize("writer, reader", [("tensorflow", "jax"), ("jax", "tensorflow")])
 def test_a_split_file_written_on_one_backend_loads_exactly_on_the_other(tmp_path, writer,
                                                                         reader):
-    _run(writer, _WRITE, str(tmp_path))
-    assert "ok " + reader in _run(reader, _READ, str(tmp_path))
+    run_python("-c", _WRITE, tmp_path, backend=writer)
+    assert "ok " + reader in run_python("-c", _READ, tmp_path, backend=reader)
