@@ -126,8 +126,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             pair.open_step()  # a split pair's master joined into its scratch variable
 
     def _close_masters(self, pairs):
+        rounding = self._rounding_state(pairs)
         for pair in pairs:
-            pair.close_step()  # copies re-cast; split: split back, the scratch emptied
+            # copies re-cast; split: split back, the scratch emptied; stochastic: rounded
+            pair.close_step(rounding)
 
     def _keep_state_in(self, dtype, pairs):
         keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])

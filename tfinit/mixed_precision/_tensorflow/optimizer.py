@@ -152,7 +152,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         pair_records.open_masters(pairs)
 
     def _close_masters(self, pairs):
-        pair_records.close_masters(pairs)
+        pair_records.close_masters(pairs, self._rounding_state(pairs))
 
     def _keep_state_in(self, dtype, pairs):
         keep_state_in(self.inner_optimizer, dtype)
