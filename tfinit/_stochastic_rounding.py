@@ -10,7 +10,8 @@ bfloat16's largest finite rounds to inf with that probability. Infinities, -0.0 
 bfloat16 holds exactly are kept; a NaN stays a NaN.
 
 The draws. ``r`` is the low half of ``hash(seed, step, stream, index)``: ``stream`` names the
-variable (:func:`stream_of`, a CRC-32 of its path), ``index`` is the element's flat index.
+variable (``MasterWeightOptimizer`` uses its index among the variables it was built for; a
+name: :func:`stream_of`), ``index`` is the element's flat index.
 The hash is murmur3's 32-bit finalizer (``fmix32``) applied in rounds, in int32 arithmetic
 that wraps on every Keras backend (multiplies modulo 2**32; logical right shifts as an
 arithmetic shift masked), so TensorFlow, JAX (with or without x64) and torch draw the same

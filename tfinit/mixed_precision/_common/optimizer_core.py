@@ -260,7 +260,7 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         the masters (with the weight-decay exclusions of their variables carried over)."""
         var_list = list(var_list)
         targets, pairs = self._update_targets(var_list)
-        self._check_stochastic(pairs)
+        self._check_stochastic(var_list)
         self._resolve_scaling(pairs)
         self.step_counter = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation=self._STATE_AGGREGATION,
@@ -281,9 +281,16 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         self._built_for(var_list, targets, pairs)
 
     # -- master="stochastic": begin ----------------------------------------------------
-    def _check_stochastic(self, pairs):
-        """Refuse the options a ``master="stochastic"`` pair does not combine with."""
-        stochastic = [p for p in pairs if p.rounds_stochastically]
+    def _check_stochastic(self, var_list):
+        """Refuse the options a ``master="stochastic"`` pair does not combine with; give each
+        such pair its stream of draws: its variable's index in ``var_list`` (the same for the
+        same model wherever it is built, unlike a path Keras may have uniquified)."""
+        stochastic = []
+        for index, variable in enumerate(var_list):
+            pair = self._pair_of(variable)
+            if pair is not None and pair.rounds_stochastically:
+                pair.stream = index
+                stochastic.append(pair)
         if not stochastic:
             return
         for argument, value, default in (("state_dtype", self.state_dtype, None),

@@ -215,6 +215,9 @@ class StochasticRoles(PairRecord):
 
     rounds_stochastically = True
     stores_master_split = False
+    #: the stream of its draws: the index of its variable in the list the optimizer was
+    #: built for (``MasterWeightOptimizer.build`` sets it)
+    stream = 0
 
     @property
     def copy(self):

@@ -271,9 +271,9 @@ class StochasticPair(StochasticRoles, SplitPair):
     """``master="stochastic"``: ``param`` is the bfloat16 weight, ``other`` an empty int16
     placeholder (``blob_copy["int16"]``, no element). No master: the scratch fp32 variable
     the inner optimizer updates holds the widened weight during a step only, and
-    ``close_step`` rounds the update back stochastically (``tfinit._stochastic_rounding``,
-    stream: the variable's path). Writes other than the optimizer's (``assign_master``:
-    files, ``set_master_weights``) round to nearest."""
+    ``close_step`` rounds the update back stochastically (``tfinit._stochastic_rounding``;
+    ``stream``: set by the optimizer that builds for it). Writes other than the optimizer's
+    (``assign_master``: files, ``set_master_weights``) round to nearest."""
 
     keeps_unchanged_masters = False
 
@@ -289,9 +289,7 @@ class StochasticPair(StochasticRoles, SplitPair):
                                      **_layout_of(variable))
         internals.release_value(scratch)
         internals.set_variable_dtype(variable, spec.compute_dtype, copy)
-        pair = cls(variable, placeholder, spec, scratch)
-        pair.stream = _stochastic_rounding.stream_of(variable.path)
-        return pair
+        return cls(variable, placeholder, spec, scratch)
 
     def master_tensor(self):
         return _stochastic_rounding.widen(self.param.value)

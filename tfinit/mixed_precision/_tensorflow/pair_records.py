@@ -176,7 +176,8 @@ class StochasticPair(StochasticRoles, SplitPair):
     """``master="stochastic"``: the code holds the bfloat16 weight; ``blob_copy[tf.int16]`` is
     an empty placeholder. No master: an optimizer updates a scratch fp32 variable holding
     the widened weight during a step, rounded back stochastically after it
-    (:func:`close_masters`). Writes other than the optimizer's round to nearest."""
+    (:func:`close_masters`; ``stream``: set by the optimizer that builds for it). Writes
+    other than the optimizer's round to nearest."""
 
     def master_value(self, parts=None):
         (copy, *_) = parts or [self.copy]
@@ -188,10 +189,6 @@ class StochasticPair(StochasticRoles, SplitPair):
         if self.scratch_kept:
             ops.append(_scratch(self).assign(_stochastic_rounding.widen(copy)))
         return tf.group(*ops)
-
-    def stream(self):
-        """The stream of this variable's draws (its path, else its name)."""
-        return _stochastic_rounding.stream_of(variable_label(self.param))
 
 
 def _stochastic_pairs(pairs):
@@ -441,7 +438,7 @@ def close_masters(pairs, rounding=None):
     if rounding is not None:
         seed, step = rounding
         _run([(pair.copy, _close_rounded,
-               (_scratch(pair), seed, step, pair.stream(), pair.scratch_kept))
+               (_scratch(pair), seed, step, pair.stream, pair.scratch_kept))
               for pair in _stochastic_pairs(pairs)])
     kept = [pair for pair in _split_pairs(pairs) if pair.scratch_kept]
     emptied = [pair for pair in _split_pairs(pairs) if not pair.scratch_kept]
