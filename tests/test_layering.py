@@ -28,6 +28,7 @@ LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_args", "_precision", "_keras_internals",
      "_split_master",  # the split master's bit layout (its maths: in the next layer)
+     "_stochastic_rounding",  # master="stochastic": the hash and the rounding (keras.ops)
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written

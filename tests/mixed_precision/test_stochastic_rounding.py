@@ -232,3 +232,26 @@ def test_the_seed_is_in_the_optimizer_config():
     optimizer = mp.MasterWeightOptimizer(keras.optimizers.SGD(), seed=42)
     again = mp.MasterWeightOptimizer.from_config(optimizer.get_config())
     assert again.seed == 42
+
+
+@pytest.mark.tensorflow_only
+def test_resume_from_a_tf_train_checkpoint_continues_bit_identically(tmp_path):
+    import tensorflow as tf
+
+    x, y = _data()
+    straight, first, resumed = _compiled(), _compiled(), _compiled()
+    first.set_weights(straight.get_weights())
+    batches = [(x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]) for i in range(4)]
+    for batch in batches:
+        straight.train_on_batch(*batch)
+    for batch in batches[:2]:
+        first.train_on_batch(*batch)
+    path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).save(
+        str(tmp_path / "ckpt"))
+    resumed.optimizer.build(resumed.trainable_variables)
+    tf.train.Checkpoint(model=resumed, optimizer=resumed.optimizer).restore(
+        path).assert_existing_objects_matched()
+    for batch in batches[2:]:
+        resumed.train_on_batch(*batch)
+    for got, want in zip(resumed.weights, straight.weights, strict=True):
+        np.testing.assert_array_equal(_bits16(got.numpy()), _bits16(want.numpy()))
