@@ -151,8 +151,9 @@ def _refuse_state_tree(model):
 
     @functools.wraps(get_state_tree)
     def get_state_tree_keeping_masters(*args, **kwargs):
-        copies = [v.path for v in model.weights
-                  if (pair := pair_records.pair_of(v)) is not None and pair.computes_with_copy]
+        copies = [v.path for v in model.weights  # (a stochastic pair's weight is its all)
+                  if (pair := pair_records.pair_of(v)) is not None and pair.computes_with_copy
+                  and not pair.rounds_stochastically]
         if copies:
             raise ValueError(
                 f"get_state_tree: variable {copies[0]!r} (and {len(copies) - 1} more) is the "
