@@ -54,6 +54,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             stays whole); the 16-bit copies keep Keras's layout and are gathered after each
             step. ``mode="pseudo_fp16"`` pairs only (a reverse pair's master is the layer's
             own variable). JAX only.
+        seed: the seed of stochastic rounding (an int, default 0; in the config), for
+            variables built in ``scope(..., master="stochastic")``: a step's draws are a
+            function of it, the inner optimizer's ``iterations`` and the variable's index.
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.

@@ -39,13 +39,16 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
         compute_dtype: ``"float16"`` or ``"bfloat16"``.
         master: ``"fp32"``, or ``"split"`` (pseudo_fp16 with bfloat16 only): the master is
             stored as the bfloat16 variable plus an int16 remainder (``blob_copy["int16"]``),
-            no fp32 variable between steps.
+            no fp32 variable between steps; or ``"stochastic"`` (the same dtypes): no
+            master, the bfloat16 weight takes the optimizer's fp32 update with stochastic
+            rounding (``tfinit._stochastic_rounding``).
 
     Returns:
         A context manager (yields ``None``).
 
     Raises:
-        ValueError: a bad ``mode``, ``compute_dtype`` or ``master`` (``"split"`` on torch).
+        ValueError: a bad ``mode``, ``compute_dtype`` or ``master`` (``"split"`` and
+            ``"stochastic"`` on torch).
 
     Example:
 
