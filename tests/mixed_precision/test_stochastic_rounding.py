@@ -291,3 +291,24 @@ def test_fine_tuning_ends_near_the_fp32_master_run_where_plain_bfloat16_stalls()
                                   for kind in ("fp32", "stochastic", "plain"))
     assert abs(stochastic - masters) < 0.1 * masters, (stochastic, masters)
     assert plain > 1.25 * masters, (plain, masters)
+
+
+@needs_scope
+def test_resume_from_a_keras_file_continues_bit_identically(tmp_path):
+    x, y = _data()
+    straight, first = _compiled(seed=9), _compiled(seed=9)
+    first.set_weights(straight.get_weights())
+    batches = [(x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]) for i in range(4)]
+    for batch in batches:
+        straight.train_on_batch(*batch)
+    for batch in batches[:2]:
+        first.train_on_batch(*batch)
+    path = str(tmp_path / "half.keras")
+    first.save(path)
+    with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="stochastic"):
+        resumed = keras.models.load_model(path)
+    assert resumed.optimizer.seed == 9
+    for batch in batches[2:]:
+        resumed.train_on_batch(*batch)
+    for got, want in zip(resumed.weights, straight.weights, strict=True):
+        np.testing.assert_array_equal(_bits16(got.numpy()), _bits16(want.numpy()))
