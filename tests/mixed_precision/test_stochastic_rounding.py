@@ -135,6 +135,7 @@ def _numpy_dtype(dtype):
 
 
 @needs_scope
+@pytest.mark.slow  # about 3 s: a 32x64 layer's step
 def test_one_step_equals_the_numpy_reference():
     model = _stochastic_dense(units=64, features=32)
     kernel = model.layers[0].kernel
@@ -195,12 +196,11 @@ def _compiled(seed=5):
 
 
 @needs_scope
+@pytest.mark.slow  # about 10 s: four models' steps
 def test_resume_from_a_weights_file_continues_bit_identically(tmp_path):
     x, y = _data()
     keras.utils.set_random_seed(0)
-    straight = _compiled()
-    straight.set_weights(_compiled().get_weights())
-    first = _compiled()
+    straight, first = _compiled(), _compiled()
     first.set_weights(straight.get_weights())
     for index in range(4):
         straight.train_on_batch(x[index * 16:(index + 1) * 16], y[index * 16:(index + 1) * 16])
@@ -235,6 +235,7 @@ def test_the_seed_is_in_the_optimizer_config():
 
 
 @pytest.mark.tensorflow_only
+@pytest.mark.slow  # about 6 s
 def test_resume_from_a_tf_train_checkpoint_continues_bit_identically(tmp_path):
     import tensorflow as tf
 
@@ -294,6 +295,7 @@ def test_fine_tuning_ends_near_the_fp32_master_run_where_plain_bfloat16_stalls()
 
 
 @needs_scope
+@pytest.mark.slow  # about 6 s
 def test_resume_from_a_keras_file_continues_bit_identically(tmp_path):
     x, y = _data()
     straight, first = _compiled(seed=9), _compiled(seed=9)
