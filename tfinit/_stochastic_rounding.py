@@ -22,6 +22,7 @@ seed and the step, so a resumed run draws the same bits.
 
 import zlib
 
+import keras
 from keras import ops
 
 #: murmur3 fmix32's multipliers, as the int32 values of their bits
@@ -77,15 +78,33 @@ def random_bits(seed, step, stream, size):
     return fmix32(ops.add(fmix32(ops.bitwise_xor(index, key)), key))
 
 
+def _view(x, dtype):
+    """``x``'s bits as ``dtype`` (same width): ``keras.ops.view``, or where Keras lacks it
+    (3.10, the oldest supported) the backend's own public bitcast."""
+    if hasattr(ops, "view"):
+        return ops.view(x, dtype)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.bitcast(x, dtype)
+    if keras.backend.backend() == "jax":
+        from jax import lax
+
+        return lax.bitcast_convert_type(x, dtype)
+    import torch
+
+    return x.view(getattr(torch, dtype))
+
+
 def round_bits(x, random):
     """``x`` (float32) stochastically rounded to bfloat16 with the int32 draws ``random``
     (their low 16 bits), as float32 (bfloat16 holds it exactly)."""
-    bits = ops.view(x, "int32")
+    bits = _view(x, "int32")
     low = ops.bitwise_and(bits, _int32(_LOW_HALF))
     up = ops.less(ops.bitwise_and(random, _int32(_LOW_HALF)), low)
     truncated = ops.bitwise_and(bits, _int32(~_LOW_HALF))
     rounded = ops.where(up, ops.add(truncated, _int32(_LOW_HALF + 1)), truncated)
-    rounded = ops.view(rounded, "float32")
+    rounded = _view(rounded, "float32")
     # A NaN's payload may lie in the low half only (its truncation would be an inf).
     return ops.where(ops.isnan(x), x, rounded)
 
