@@ -28,11 +28,12 @@ LAYERS = [
     # pure maths, names, checks and the backend switch: no tfinit imports
     ["_versions", "_backend", "_fans", "_args", "_precision", "_keras_internals",
      "_split_master",  # the split master's bit layout (its maths: in the next layer)
-     "_stochastic_rounding",  # master="stochastic": the hash and the rounding (keras.ops)
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written
+    # (and master="stochastic"'s hash and rounding, in keras.ops)
     ["parameter_info", "sources", "_split_master.tensorflow", "_split_master.jax",
+     "_stochastic_rounding",
      "caffe2._netdef", "caffe2._detection_args",
      "caffe2._detection_boxes"],
     # where create_param tracks its variables; the fill operators (one package)

@@ -25,6 +25,8 @@ import zlib
 import keras
 from keras import ops
 
+from tfinit import _backend
+
 #: murmur3 fmix32's multipliers, as the int32 values of their bits
 _M1 = 0x85EBCA6B - (1 << 32)
 _M2 = 0xC2B2AE35 - (1 << 32)
@@ -84,9 +86,7 @@ def _view(x, dtype):
     if hasattr(ops, "view"):
         return ops.view(x, dtype)
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.bitcast(x, dtype)
+        return _backend.tensorflow("stochastic rounding").bitcast(x, dtype)
     if keras.backend.backend() == "jax":
         from jax import lax
 
