@@ -31,7 +31,9 @@ LAYERS = [
      "caffe2._types", "caffe2._large_floats", "caffe2._memory", "caffe2._op_args",
      "caffe2._progress"],
     # the records and sources of values; Caffe2 NetDefs read and written
+    # (and master="stochastic"'s hash and rounding, in keras.ops)
     ["parameter_info", "sources", "_split_master.tensorflow", "_split_master.jax",
+     "_stochastic_rounding",
      "caffe2._netdef", "caffe2._detection_args",
      "caffe2._detection_boxes"],
     # where create_param tracks its variables; the fill operators (one package)

@@ -13,6 +13,9 @@ A pair keeps its fp32 master in one of two ways (:class:`Master`):
 - ``Master.SPLIT`` (pseudo_fp16 with bfloat16 only): no float32 variable; the bfloat16 copy
   is the master's top half (rounded to nearest even) and an int16 *remainder* variable holds
   the rest, so the master is rebuilt exactly from the two (``tfinit._split_master``).
+- ``Master.STOCHASTIC`` (pseudo_fp16 with bfloat16 only): no master at all; the optimizer's
+  fp32 update of the widened bfloat16 weight is rounded back stochastically
+  (``tfinit._stochastic_rounding``). The pair's other variable is an empty int16 placeholder.
 
 The stack of entered mixed-precision scopes lives here too (:func:`scope_stack`), so that code
 below ``tfinit.mixed_precision`` (the PseudoFP16 initializers) can ask which scope is active
@@ -51,12 +54,15 @@ class Master(enum.Enum):
 
     FP32 = "fp32"
     SPLIT = "split"
+    STOCHASTIC = "stochastic"
 
 
 MASTERS = tuple(master.value for master in Master)
 #: the dtype of a split pair's remainder variable, and its name suffix
 REMAINDER_DTYPE = "int16"
 REMAINDER_SUFFIX = "_rem"
+#: the name suffix of a stochastic pair's empty placeholder variable
+STOCHASTIC_SUFFIX = "_sr"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +79,12 @@ class PairSpec:
         return self.master is Master.SPLIT
 
     @property
+    def is_stochastic(self):
+        """True when there is no master: the bfloat16 weight is updated with stochastic
+        rounding."""
+        return self.master is Master.STOCHASTIC
+
+    @property
     def is_pseudo(self):
         """True when the code sees the 16-bit copy (pseudo_fp16)."""
         return self.mode is Mode.PSEUDO_FP16
@@ -85,7 +97,7 @@ class PairSpec:
     @property
     def other_dtype(self):
         """The dtype of the variable in ``ParameterInfo.blob_copy`` (split: the remainder's)."""
-        if self.is_split:
+        if self.is_split or self.is_stochastic:
             return REMAINDER_DTYPE
         return MASTER_DTYPE if self.is_pseudo else self.compute_dtype
 
@@ -93,6 +105,8 @@ class PairSpec:
     def other_suffix(self):
         """The name suffix of the ``blob_copy`` variable (``_fp32``, ``_fp16``, ``_bf16``,
         split: ``_rem``)."""
+        if self.is_stochastic:
+            return STOCHASTIC_SUFFIX
         return REMAINDER_SUFFIX if self.is_split else SUFFIXES[self.other_dtype]
 
     @property
@@ -143,7 +157,7 @@ def parse_master(master, who):
     """``master`` (a string or a :class:`Master`) as a :class:`Master`.
 
     Raises:
-        ValueError: ``master`` is neither ``"fp32"`` nor ``"split"``.
+        ValueError: ``master`` is not ``"fp32"``, ``"split"`` or ``"stochastic"``.
     """
     if isinstance(master, Master):
         return master
@@ -158,10 +172,13 @@ def pair_spec(mode, compute_dtype, who, master=Master.FP32):
     """The :class:`PairSpec` of ``mode``, ``compute_dtype`` and ``master``, all checked.
 
     Raises:
-        ValueError: a bad argument, or ``master="split"`` with float16 or in reverse mode.
+        ValueError: a bad argument, or ``master="split"`` or ``"stochastic"`` with float16
+            or in reverse mode.
     """
     spec = PairSpec(parse_mode(mode, who), parse_compute_dtype(compute_dtype, who),
                     parse_master(master, who))
+    if spec.is_stochastic:
+        _check_stochastic(spec, who)
     if spec.is_split and spec.compute_dtype != "bfloat16":
         raise ValueError(
             f"{who}: argument `master` must be 'fp32' when compute_dtype="
@@ -177,6 +194,24 @@ def pair_spec(mode, compute_dtype, who, master=Master.FP32):
             "Received: master='split'"
         )
     return spec
+
+
+def _check_stochastic(spec, who):
+    """``master="stochastic"`` rounds a float32 to bfloat16 by its discarded low 16 bits."""
+    if spec.compute_dtype != "bfloat16":
+        raise ValueError(
+            f"{who}: argument `master` must be 'fp32' (not 'stochastic') when "
+            f"compute_dtype={spec.compute_dtype!r}: stochastic rounding drops the low 16 bits "
+            "of a float32, which gives a bfloat16 only (float16 has another exponent range, "
+            "and its updates need loss scaling, whose skipped steps a weight without a "
+            "master cannot undo exactly). Use compute_dtype='bfloat16'. "
+            "Received: master='stochastic'")
+    if not spec.is_pseudo:
+        raise ValueError(
+            f"{who}: argument `master` must be 'fp32' in mode='reverse': there the layer "
+            "holds the fp32 variable itself, so there is no 16-bit weight to round "
+            "stochastically. Use mode='pseudo_fp16' with compute_dtype='bfloat16'. "
+            "Received: master='stochastic'")
 
 
 _scopes = threading.local()

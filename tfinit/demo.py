@@ -2,14 +2,16 @@
 
 A "pretrained" Keras MLP (tfinit's XavierFill/ConstantFill weights) is fine-tuned at a small
 learning rate towards a teacher whose weights differ from it by a few percent, with plain SGD
-and the same batches, four ways:
+and the same batches, five ways (three in float16):
 
 - ``fp32``: float32 weights, the reference;
 - ``<dtype>``: 16-bit weights updated in place by a Keras optimizer;
 - ``pseudo_fp16``: tfinit's 16-bit copies with fp32 masters
   (``tfinit.mixed_precision.scope`` + ``MasterWeightOptimizer``, arXiv 1710.03740);
 - ``split`` (bfloat16 only): the same with ``master="split"``: the bfloat16 copy plus an int16
-  remainder hold the exact master, 4 bytes per parameter instead of 6.
+  remainder hold the exact master, 4 bytes per parameter instead of 6;
+- ``stochastic`` (bfloat16 only): ``master="stochastic"``: no master, the bfloat16 weight
+  updated with stochastic rounding of the fp32 update, 2 bytes per parameter.
 
 Fine-tuning is where 16-bit weights fall behind: its updates are small against the weights,
 so most of them round away. For each run the demo reports the final loss, the weight updates
@@ -116,6 +118,8 @@ def _setups(compute_dtype, learning_rate, start):
             others = [next(iter(info.blob_copy.values())) for info in infos]
             if master == "fp32":
                 return model, optimizer, [value_of(m) for m in others], others
+            if master == "stochastic":  # no master: the stored value is the bfloat16 weight
+                return model, optimizer, [value_of(info.param) for info in infos], others
             masters = [lambda c=info.param, r=rem: tf_split.join(c, r)
                        for info, rem in zip(infos, others, strict=True)]
             return model, optimizer, masters, others
@@ -124,6 +128,7 @@ def _setups(compute_dtype, learning_rate, start):
     setups = [("fp32", fp32), (compute_dtype, plain16), ("pseudo_fp16", paired("fp32"))]
     if compute_dtype == "bfloat16":
         setups.append(("split", paired("split")))
+        setups.append(("stochastic", paired("stochastic")))
     return setups
 
 

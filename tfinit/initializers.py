@@ -91,7 +91,13 @@ def create_pair(name, value, spec, *, trainable=True, make_variable=None):
                 f"range; its {spec.compute_dtype} copy would be inf."
             )
     other_name = name + spec.other_suffix
-    if spec.is_split:
+    if spec.is_stochastic:
+        # No master: the bfloat16 weight, and an empty placeholder as the pair's other one.
+        other = make_variable(initial_value=tf.zeros([0], tf.int16), name=other_name,
+                              dtype=spec.other_dtype, trainable=False)
+        primary = make_variable(initial_value=copy_value, name=name,
+                                dtype=spec.compute_dtype, trainable=trainable)
+    elif spec.is_split:
         # No fp32 variable: the bfloat16 copy and an int16 remainder hold the master exactly.
         copy_value, remainder = tf_split.split(master_value)
         other = make_variable(initial_value=remainder, name=other_name,

@@ -9,6 +9,11 @@ After any call on a model built in a ``tfinit.mixed_precision`` scope:
     (``mixed_<dtype>``, same fp32 weights, same calls) bit for bit where the arithmetic is the
     same (``comparison``), and for ``master="split"`` the fp32-master run, up to the documented
     ties (a master exactly halfway above an even bfloat16 copy is stored 1 ulp toward it).
+    ``master="stochastic"`` has no master (``get_master_weights`` widens the bfloat16
+    weights), so its oracle is a twin: the same configuration given the same calls holds the
+    same bits (the draws are a function of seed, step and variable only), and every "master"
+    is its bfloat16 weight widened (nothing else is stored). The exactness of one step
+    against an independent numpy oracle with the same draws is test_stochastic_rounding.py's.
 
 ``check`` asserts the three for one call; ``comparison`` says how (c) compares in a
 configuration. The state machine (test_master_invariant.py) calls them after every step.
@@ -67,6 +72,8 @@ def weights_of(model):
 #: update within ``CLOSE_ULPS`` compute-dtype ulps of the oracle's (``P.assert_close``), where
 #: the documented arithmetic differs (``comparison``)
 BITWISE, UP_TO_TIES, CLOSE = "bitwise", "up to ties", "close"
+#: (c) for master="stochastic": bit for bit against a stochastic twin, masters bfloat16-exact
+STOCHASTIC_TWIN = "stochastic twin"
 #: the bound of a ``CLOSE`` comparison, per call: test_keras_parity.py measured at most 1
 #: compute-dtype ulp of the largest update after three steps from the same state; here the
 #: optimizer's slots may have drifted by earlier calls' differences, so P.assert_close's 8
@@ -86,6 +93,8 @@ def comparison(master, mode, *, lora=False, embedding=False):
     """
     if master == "split":
         return UP_TO_TIES
+    if master == "stochastic":
+        return STOCHASTIC_TWIN
     backend = keras.backend.backend()
     if mode == "pseudo_fp16" and ((lora and backend != "jax")
                                   or (embedding and backend in ("jax", "torch"))):
@@ -129,6 +138,11 @@ def check(call, before, after, oracle, how, dtype):
     what = f"(c) after {call}: masters"
     if how == UP_TO_TIES:
         return ties_apart(oracle.arrays, after.arrays)
+    if how == STOCHASTIC_TWIN:
+        wide = [label for label, a, paired in zip(after.labels, after.arrays, after.paired,
+                                                  strict=True)
+                if paired and (a.view(np.uint32) & 0xFFFF).any()]
+        assert not wide, f"{what} of {wide} are not their bfloat16 weights widened"
     if how == CLOSE and len(before.arrays) == len(after.arrays):
         P.assert_close(after.arrays, oracle.arrays, before.arrays, dtype, list(after.labels),
                        ulps=CLOSE_ULPS, what=what)

@@ -513,8 +513,8 @@ def test_a_config_written_on_either_backend_loads_and_other_keywords_are_refused
     opt = mp.MasterWeightOptimizer.from_config(jax_era)
     assert (opt.name, opt.loss_scale, opt.state_dtype) == ("mwo", 128.0, "bfloat16")
     assert float(keras.ops.convert_to_numpy(opt.inner_optimizer.learning_rate)) == 0.25
-    assert sorted(opt.get_config()) == ["loss_scale", "name", "optimizer", "shard_over",
-                                        "state_dtype"]
+    assert sorted(opt.get_config()) == ["loss_scale", "name", "optimizer", "seed",
+                                        "shard_over", "state_dtype"]
     with pytest.raises(ValueError, match=r"unexpected keyword arguments \['clipnorm'\].*"
                                          r"Received: clipnorm=1\.0"):
         mp.MasterWeightOptimizer.from_config({**jax_era, "clipnorm": 1.0})

@@ -163,7 +163,7 @@ def test_a_config_written_on_tensorflow_loads_and_other_keywords_are_refused(mp)
     assert (opt.name, opt.loss_scale, opt.state_dtype, opt.dynamic) == ("mwo", "dynamic",
                                                                          None, True)
     assert float(keras.ops.convert_to_numpy(opt.inner_optimizer.learning_rate)) == 0.25
-    assert opt.get_config() == {**tf_era, "shard_over": None,
+    assert opt.get_config() == {**tf_era, "shard_over": None, "seed": 0,
                                 "optimizer": opt.get_config()["optimizer"]}
     with pytest.raises(ValueError, match=r"unexpected keyword arguments \['clipnorm'\]"):
         mp.MasterWeightOptimizer(keras.optimizers.SGD(), clipnorm=1.0)

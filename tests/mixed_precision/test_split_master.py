@@ -76,7 +76,7 @@ def test_split_is_refused_with_float16_and_in_reverse_mode():
         with mp.scope("reverse", "bfloat16", master="split"):
             pass
     with pytest.raises(ValueError, match=r"argument `master` must be one of \('fp32', "
-                                         r"'split'\)\. Received: master='fp16'"):
+                                         r"'split', 'stochastic'\)\. Received: master='fp16'"):
         with mp.scope("pseudo_fp16", "bfloat16", master="fp16"):
             pass
 

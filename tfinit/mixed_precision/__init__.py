@@ -23,6 +23,8 @@ The concepts, one line each (their modules in brackets):
   MasterVariable (TensorFlow): the fp32 master as the Keras variable the inner optimizer
   updates [each folder's ``paired_variables``].
 - the split master: bfloat16 copy + int16 remainder, no fp32 variable [tfinit._split_master].
+- the stochastic pair: the bfloat16 weight, no master; its hash and rounding
+  [tfinit._stochastic_rounding].
 - MasterWeightOptimizer: scale, unscale in fp32, update masters, re-cast copies
   [``_common/optimizer_core``, each folder's ``optimizer``].
 - the save hooks: every save format stores a pair's fp32 master [each folder's
@@ -33,10 +35,13 @@ The public names:
 - ``scope(mode, compute_dtype, master="fp32")``: pair the variables of layers constructed
   inside with fp32 masters, whenever those layers build (``master="split"``, bfloat16
   pseudo_fp16 only: the bfloat16 copy plus an int16 remainder hold the master, exactly but
-  for one float32 ulp in a rare tie; no fp32 variable between steps).
+  for one float32 ulp in a rare tie; no fp32 variable between steps; ``master="stochastic"``,
+  bfloat16 pseudo_fp16 only: no master, the bfloat16 weight takes the optimizer's fp32
+  update with stochastic rounding, 2 bytes per parameter).
 - ``parameter_info(variable)``: the ``ParameterInfo`` (param + ``blob_copy``) of a pair.
 - ``PairPolicy`` (``PseudoFP16Policy``, tfinit 0.1's name): the dtype policy of the layers.
-- ``MasterWeightOptimizer(optimizer, loss_scale="auto", state_dtype=None, shard_over=None)``:
+- ``MasterWeightOptimizer(optimizer, loss_scale="auto", state_dtype=None, shard_over=None,
+  seed=0)`` (``seed``: stochastic rounding's):
   update masters, re-cast copies (``"auto"``: dynamic loss scaling for float16, none for
   bfloat16, as Keras's mixed policies; ``state_dtype="bfloat16"``: the inner optimizer's
   per-variable state in bfloat16; ``shard_over="batch"``, JAX: ZeRO-1, masters and state

@@ -52,6 +52,15 @@ def check_loss_scale(loss_scale):
         f"number. Received: loss_scale={loss_scale!r}")
 
 
+def check_seed(seed):
+    """``seed`` (stochastic rounding's, ``master="stochastic"``) as an int, or ValueError."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -2**31 <= seed < 2**31:
+        raise ValueError(
+            f"{_WHO}: Argument `seed` must be an int in [-2**31, 2**31) (the seed of "
+            f"stochastic rounding, master='stochastic'). Received: seed={seed!r}")
+    return seed
+
+
 def scaling_for(compute_dtypes):
     """What ``"auto"`` means for models computing in ``compute_dtypes``: ``"dynamic"`` with
     float16 among them, None for bfloat16 alone, still ``"auto"`` for none."""
@@ -81,8 +90,9 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
     _STATE_AGGREGATION = "none"
 
     def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None,
-                 shard_over=None, **kwargs):
+                 shard_over=None, seed=0, **kwargs):
         _check_optimizer(optimizer)
+        check_seed(seed)
         loss_scale = check_loss_scale(loss_scale)
         shard_over = shard_layouts.check_shard_over(shard_over)
         if shard_over is not None and keras.distribution.distribution() is not None:
@@ -102,6 +112,7 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         self.loss_scale = loss_scale
         self.state_dtype = None if state_dtype is None else dtype_name(state_dtype)
         self.shard_over = shard_over
+        self.seed = seed
         # What the step does, once known: "dynamic", a fixed float, or None.
         self._scaling = loss_scale
         if loss_scale == AUTO and scope_stack.active() is not None:
@@ -249,6 +260,7 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         the masters (with the weight-decay exclusions of their variables carried over)."""
         var_list = list(var_list)
         targets, pairs = self._update_targets(var_list)
+        self._check_stochastic(var_list)
         self._resolve_scaling(pairs)
         self.step_counter = self.add_variable(
             shape=(), dtype="int", initializer="zeros", aggregation=self._STATE_AGGREGATION,
@@ -267,6 +279,38 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         self.inner_optimizer.build(targets)
         internals.build_optimizer_base(self, var_list)
         self._built_for(var_list, targets, pairs)
+
+    # -- master="stochastic": begin ----------------------------------------------------
+    def _check_stochastic(self, var_list):
+        """Refuse the options a ``master="stochastic"`` pair does not combine with; give each
+        such pair its stream of draws: its variable's index in ``var_list`` (the same for the
+        same model wherever it is built, unlike a path Keras may have uniquified)."""
+        stochastic = []
+        for index, variable in enumerate(var_list):
+            pair = self._pair_of(variable)
+            if pair is not None and pair.rounds_stochastically:
+                pair.stream = index
+                stochastic.append(pair)
+        if not stochastic:
+            return
+        for argument, value, default in (("state_dtype", self.state_dtype, None),
+                                         ("shard_over", self.shard_over, None)):
+            if value != default and not (argument == "state_dtype" and value == MASTER_DTYPE):
+                raise ValueError(
+                    f"{_WHO}: Argument `{argument}` must be None for variables built in "
+                    "scope(..., master='stochastic') (variable "
+                    f"{stochastic[0].name!r}): stochastic rounding keeps the inner "
+                    "optimizer's state in float32, unsharded (a weight without a master has "
+                    "nothing to shard). Use master='split' for those options. Received: "
+                    f"{argument}={value!r}")
+
+    def _rounding_state(self, pairs):
+        """``(seed, step)`` of the stochastic rounding of this step (the inner optimizer's
+        ``iterations``, saved and restored with it), or None without stochastic pairs."""
+        if not any(p.rounds_stochastically for p in pairs):
+            return None
+        return self.seed, self.inner_optimizer.iterations.value
+    # -- master="stochastic": end ------------------------------------------------------
 
     # -- weight files ------------------------------------------------------------------
     def _carried_pair_variables(self):
@@ -340,6 +384,7 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
             "loss_scale": self.loss_scale,
             "state_dtype": self.state_dtype,
             "shard_over": self.shard_over,
+            "seed": self.seed,
         }
 
     @classmethod

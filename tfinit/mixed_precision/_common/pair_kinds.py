@@ -50,6 +50,9 @@ class PairRecord(ParameterInfo):
     computes_with_copy = True
     #: whether the master is stored split (bfloat16 copy + int16 remainder)
     stores_master_split = False
+    #: whether there is no master: the optimizer's fp32 update is rounded stochastically
+    #: into the bfloat16 weight (``master="stochastic"``)
+    rounds_stochastically = False
     #: the layer of a pseudo_fp16 pair that does not autocast (Keras's Embedding family), as a
     #: weak reference, or None; set where the pair is made (``reads_wide``)
     uncast_layer = None
@@ -202,16 +205,40 @@ class PairedVariableRules(keras.Variable):
         keras.Variable.overwrite_with_gradient.fset(self, value)
 
 
-def pair_class(spec, *, pseudo_fp16, reverse, split):
+class StochasticRoles(PairRecord):
+    """``master="stochastic"``: the layer holds the bfloat16 weight and there is no master;
+    the other variable is an empty int16 placeholder (no element: the pair's record, files
+    and optimizer state are the split pair's, with nothing stored beside the weight). The
+    master a reader or the inner optimizer sees is the weight widened to float32; the
+    optimizer writes its fp32 update back with stochastic rounding
+    (``tfinit._stochastic_rounding``). The backend says what ``master`` is during a step."""
+
+    rounds_stochastically = True
+    stores_master_split = False
+    #: the stream of its draws: the index of its variable in the list the optimizer was
+    #: built for (``MasterWeightOptimizer.build`` sets it)
+    stream = 0
+
+    @property
+    def copy(self):
+        return self.held
+
+    def stored(self):
+        return [("copy", self.copy)]
+
+
+def pair_class(spec, *, pseudo_fp16, reverse, split, stochastic=None):
     """The one place a pair's kind is decided: the backend's class for ``spec``'s kind.
 
     Args:
         spec: the scope's :class:`~tfinit._precision.PairSpec`.
-        pseudo_fp16, reverse, split: the backend's record class of each kind.
+        pseudo_fp16, reverse, split, stochastic: the backend's record class of each kind.
 
     Returns:
         The class whose instances are the records of pairs made under ``spec``.
     """
+    if spec.is_stochastic:
+        return stochastic
     if spec.is_split:
         return split
     return pseudo_fp16 if spec.is_pseudo else reverse

@@ -54,6 +54,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             stays whole); the 16-bit copies keep Keras's layout and are gathered after each
             step. ``mode="pseudo_fp16"`` pairs only (a reverse pair's master is the layer's
             own variable). JAX only.
+        seed: the seed of stochastic rounding (an int, default 0; in the config), for
+            variables built in ``scope(..., master="stochastic")``: a step's draws are a
+            function of it, the inner optimizer's ``iterations`` and the variable's index.
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
@@ -126,8 +129,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             pair.open_step()  # a split pair's master joined into its scratch variable
 
     def _close_masters(self, pairs):
+        rounding = self._rounding_state(pairs)
         for pair in pairs:
-            pair.close_step()  # copies re-cast; split: split back, the scratch emptied
+            # copies re-cast; split: split back, the scratch emptied; stochastic: rounded
+            pair.close_step(rounding)
 
     def _keep_state_in(self, dtype, pairs):
         keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])

@@ -33,10 +33,12 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
+from tfinit import _stochastic_rounding
 from tfinit._split_master import jax as jax_split
 from tfinit.mixed_precision._common import pair_kinds, pair_policy, shard_layouts, weight_files
 from tfinit.mixed_precision._common.pair_kinds import (PairRecord, PseudoFP16Roles,
-                                                       ReverseRoles, SplitRoles, pair_class)
+                                                       ReverseRoles, SplitRoles,
+                                                       StochasticRoles, pair_class)
 from tfinit.mixed_precision._keras_variables import active, paired_variables, save_hooks
 
 
@@ -93,8 +95,9 @@ class Pair(PairRecord):
     def open_step(self):
         """Before the inner optimizer updates ``master``: nothing to do (it is stored)."""
 
-    def close_step(self):
-        """After the inner optimizer updated ``master``: copy <- cast(master)."""
+    def close_step(self, rounding=None):
+        """After the inner optimizer updated ``master``: copy <- cast(master) (``rounding``:
+        the optimizer's ``(seed, step)``, read by stochastic pairs only)."""
         self.refresh()
 
     def assign_master(self, value):
@@ -257,10 +260,65 @@ class SplitPair(SplitRoles, Pair):
     def open_step(self):
         paired_variables.raw_assign(self.scratch, self.master_tensor())
 
-    def close_step(self):
+    def close_step(self, rounding=None):
         self.assign_master(self.scratch.value)
         if not internals.in_stateless_scope():  # else: a value of that scope only
             internals.release_value(self.scratch)
+
+
+# -- master="stochastic": begin ------------------------------------------------------------
+class StochasticPair(StochasticRoles, SplitPair):
+    """``master="stochastic"``: ``param`` is the bfloat16 weight, ``other`` an empty int16
+    placeholder (``blob_copy["int16"]``, no element). No master: the scratch fp32 variable
+    the inner optimizer updates holds the widened weight during a step only, and
+    ``close_step`` rounds the update back stochastically (``tfinit._stochastic_rounding``;
+    ``stream``: set by the optimizer that builds for it). Writes other than the optimizer's
+    (``assign_master``: files, ``set_master_weights``) round to nearest."""
+
+    keeps_unchanged_masters = False
+
+    @classmethod
+    def made_from(cls, variable, spec):
+        copy = ops.cast(variable.value, spec.compute_dtype)
+        with _path_of(variable):
+            placeholder = keras.Variable(np.zeros((0,), np.int16), dtype="int16",
+                                         trainable=False, name=variable.name + spec.other_suffix)
+        with _path_of(variable):
+            scratch = keras.Variable(ops.zeros(variable.shape, MASTER_DTYPE),
+                                     dtype=MASTER_DTYPE, trainable=False, name=variable.name,
+                                     **_layout_of(variable))
+        internals.release_value(scratch)
+        internals.set_variable_dtype(variable, spec.compute_dtype, copy)
+        return cls(variable, placeholder, spec, scratch)
+
+    def master_tensor(self):
+        return _stochastic_rounding.widen(self.param.value)
+
+    def holds_master(self):
+        return paired_variables.holds_value(self.param)
+
+    def step_master(self, copy_value, other_value):
+        return _stochastic_rounding.widen(ops.stop_gradient(copy_value))
+
+    def assign_master(self, value):
+        """The weight <- ``value`` rounded to nearest bfloat16 (there is no master)."""
+        paired_variables.raw_assign(self.param, ops.cast(ops.cast(value, MASTER_DTYPE),
+                                                         self.spec.compute_dtype))
+
+    def unchanged_copy(self):
+        return self.param.value if paired_variables.holds_value(self.param) else None
+
+    def assign_keeping(self, value, kept):
+        paired_variables.raw_assign(self.param, ops.where(
+            kept, self.param.value, ops.cast(value, self.spec.compute_dtype)))
+
+    def close_step(self, rounding=None):
+        seed, step = rounding
+        paired_variables.raw_assign(self.param, _stochastic_rounding.round_to_bfloat16(
+            self.scratch.value, seed, step, self.stream))
+        if not internals.in_stateless_scope():  # else: a value of that scope only
+            internals.release_value(self.scratch)
+# -- master="stochastic": end --------------------------------------------------------------
 
 
 def _layout_of(variable):
@@ -344,7 +402,7 @@ def _make_pair(variable, spec):
     """Pair the layer's fp32 ``variable``: a record of ``spec``'s kind (decided by
     ``pair_kinds.pair_class``) on the variable, which becomes a :class:`PairedVariable`."""
     kind = pair_class(spec, pseudo_fp16=PseudoFP16Pair, reverse=ReversePair,
-                      split=SplitPair)
+                      split=SplitPair, stochastic=StochasticPair)
     pair = kind.made_from(variable, spec)
     if pair.computes_with_copy:  # Keras's optimizers constrain what they update: the master
         pair.master.constraint = variable.constraint

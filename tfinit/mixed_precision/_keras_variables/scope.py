@@ -39,13 +39,16 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
         compute_dtype: ``"float16"`` or ``"bfloat16"``.
         master: ``"fp32"``, or ``"split"`` (pseudo_fp16 with bfloat16 only): the master is
             stored as the bfloat16 variable plus an int16 remainder (``blob_copy["int16"]``),
-            no fp32 variable between steps.
+            no fp32 variable between steps; or ``"stochastic"`` (the same dtypes): no
+            master, the bfloat16 weight takes the optimizer's fp32 update with stochastic
+            rounding (``tfinit._stochastic_rounding``).
 
     Returns:
         A context manager (yields ``None``).
 
     Raises:
-        ValueError: a bad ``mode``, ``compute_dtype`` or ``master`` (``"split"`` on torch).
+        ValueError: a bad ``mode``, ``compute_dtype`` or ``master`` (``"split"`` and
+            ``"stochastic"`` on torch).
 
     Example:
 
@@ -58,10 +61,11 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
     ('bfloat16', 'float32')
     """
     spec = pair_spec(mode, compute_dtype, _WHO, master)
-    if spec.is_split and not active.SPLITS_MASTERS:
+    if (spec.is_split or spec.is_stochastic) and not active.SPLITS_MASTERS:
         raise ValueError(
             f"{_WHO}: Argument `master` must be 'fp32' on Keras's "
-            f"{keras.backend.backend()} backend (the split master's bit arithmetic runs on "
+            f"{keras.backend.backend()} backend (the split master's bit arithmetic, and the "
+            "scratch fp32 master a split or stochastic pair's step updates, run on "
             f"TensorFlow and JAX only). Received: master={master!r}")
     policy = PairPolicy(spec.compute_dtype, spec.mode)
     policy.spec = spec  # how the master is stored included (master="split")

@@ -97,6 +97,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             stay fp32. It changes the numerics: see the README's training-quality table.
         shard_over: None only on TensorFlow (ZeRO-1 over a ``keras.distribution`` mesh
             axis is JAX's; tf.distribute keeps whole masters and state on every replica).
+        seed: the seed of stochastic rounding (an int, default 0; in the config), for
+            variables built in ``scope(..., master="stochastic")``: a step's draws are a
+            function of it, the inner optimizer's ``iterations`` and the variable's index.
 
     Raises:
         TypeError: ``optimizer`` is not a Keras 3 optimizer.
@@ -152,7 +155,7 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         pair_records.open_masters(pairs)
 
     def _close_masters(self, pairs):
-        pair_records.close_masters(pairs)
+        pair_records.close_masters(pairs, self._rounding_state(pairs))
 
     def _keep_state_in(self, dtype, pairs):
         keep_state_in(self.inner_optimizer, dtype)

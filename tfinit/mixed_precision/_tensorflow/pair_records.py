@@ -24,11 +24,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfinit import _keras_internals as internals
+from tfinit import _stochastic_rounding
 from tfinit._split_master import tensorflow as tf_split
 from tfinit.mixed_precision._common import pair_kinds
 from tfinit.mixed_precision._common import weight_files
 from tfinit.mixed_precision._common.pair_kinds import (PairRecord, PseudoFP16Roles, ReverseRoles,
-                                                SplitRoles, pair_class)
+                                                SplitRoles, StochasticRoles, pair_class)
 
 backend_variable = internals.backend_variable
 variable_label = pair_kinds.variable_label
@@ -170,9 +171,57 @@ class SplitPair(SplitRoles, Pair):
         return self.assign_master(tensors["VARIABLE_VALUE"])
 
 
+# -- master="stochastic": begin ------------------------------------------------------------
+class StochasticPair(StochasticRoles, SplitPair):
+    """``master="stochastic"``: the code holds the bfloat16 weight; ``blob_copy[tf.int16]`` is
+    an empty placeholder. No master: an optimizer updates a scratch fp32 variable holding
+    the widened weight during a step, rounded back stochastically after it
+    (:func:`close_masters`; ``stream``: set by the optimizer that builds for it). Writes
+    other than the optimizer's round to nearest."""
+
+    def master_value(self, parts=None):
+        (copy, *_) = parts or [self.copy]
+        return _stochastic_rounding.widen(copy.read_value())
+
+    def assign_master(self, value):
+        copy = tf.cast(tf.cast(value, tf.float32), tf.bfloat16)
+        ops = [self.copy.assign(copy)]
+        if self.scratch_kept:
+            ops.append(_scratch(self).assign(_stochastic_rounding.widen(copy)))
+        return tf.group(*ops)
+
+
+def _stochastic_pairs(pairs):
+    return [pair for pair in pairs if pair.rounds_stochastically]
+
+
+def _open_widened(scratch, copy):
+    return scratch.assign(_stochastic_rounding.widen(copy.read_value()))
+
+
+# One fused loop (XLA; the same bits as the unfused ops, which the numpy-reference test checks
+# on every backend): unfused, the hash's passes cost a step about 2x.
+# (traced per shape: the hash needs the static element count)
+_round = tf.function(_stochastic_rounding.round_to_bfloat16, jit_compile=True)
+
+
+def _close_rounded(copy, scratch, seed, step, stream, kept):
+    # the scratch's shape is unknown (it is empty between steps): the copy's is static
+    updated = tf.reshape(scratch.read_value(), copy.shape)
+    rounded = _round(updated, tf.constant(seed, tf.int32), tf.cast(step, tf.int32),
+                     tf.constant(stream, tf.int32))
+    if kept:
+        return tf.group(copy.assign(rounded),
+                        scratch.assign(_stochastic_rounding.widen(rounded)))
+    with tf.control_dependencies([copy.assign(rounded)]):
+        return empty(scratch)
+# -- master="stochastic": end --------------------------------------------------------------
+
+
 def make_pair(param, shape, blob_copy, *, name, spec):
     """The pair record of ``spec``'s kind (decided by ``pair_kinds.pair_class``)."""
-    kind = pair_class(spec, pseudo_fp16=PseudoFP16Pair, reverse=ReversePair, split=SplitPair)
+    kind = pair_class(spec, pseudo_fp16=PseudoFP16Pair, reverse=ReversePair, split=SplitPair,
+                      stochastic=StochasticPair)
     return kind(param, shape, blob_copy, name=name, spec=spec)
 
 
@@ -296,6 +345,13 @@ def keep_scratches(pairs):
                                                     components(pair.remainder), strict=True):
                     _open_split(scratch, copy, remainder)
             pair.scratch_kept = True
+    for pair in _stochastic_pairs(pairs):
+        if not pair.scratch_kept:
+            with tf.init_scope():
+                for scratch, copy in zip(components(_scratch(pair)), components(pair.copy),
+                                         strict=True):
+                    _open_widened(scratch, copy)
+            pair.scratch_kept = True
 
 
 def empty_value(rank):
@@ -368,6 +424,8 @@ def open_masters(pairs):
     """Before an optimizer step: each split pair's scratch variable <- its exact master (a
     kept scratch holds it already: refilling it inside an XLA step would let XLA fuse the
     rebuild into the optimizer's reductions, which can then sum in another order)."""
+    _run([(_scratch(pair), _open_widened, (pair.copy,))
+          for pair in _stochastic_pairs(pairs) if not pair.scratch_kept])
     pairs = [pair for pair in _split_pairs(pairs) if not pair.scratch_kept]
     if _one_device(pairs):
         masters = _join_all([p.copy.read_value() for p in pairs],
@@ -378,10 +436,17 @@ def open_masters(pairs):
     return _run([(_scratch(pair), _open_split, (pair.copy, pair.remainder)) for pair in pairs])
 
 
-def close_masters(pairs):
+def close_masters(pairs, rounding=None):
     """After an optimizer step: copies re-made from the updated masters; each split pair's
-    master split back into (copy, remainder) and its scratch emptied (or kept, under XLA)."""
+    master split back into (copy, remainder) and its scratch emptied (or kept, under XLA);
+    each stochastic pair's update rounded into its weight with ``rounding`` (the optimizer's
+    ``(seed, step)``)."""
     refresh(pairs)
+    if rounding is not None:
+        seed, step = rounding
+        _run([(pair.copy, _close_rounded,
+               (_scratch(pair), seed, step, pair.stream, pair.scratch_kept))
+              for pair in _stochastic_pairs(pairs)])
     kept = [pair for pair in _split_pairs(pairs) if pair.scratch_kept]
     emptied = [pair for pair in _split_pairs(pairs) if not pair.scratch_kept]
     if _one_device(emptied):

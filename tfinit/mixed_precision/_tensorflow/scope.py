@@ -61,15 +61,20 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
             (pseudo_fp16 with bfloat16 only: the bfloat16 copy plus an int16 remainder,
             ``blob_copy[tf.int16]``, hold the master, exactly but for one float32 ulp in a
             rare tie (``tfinit._split_master``); no fp32 variable between steps, 4 bytes per
-            parameter instead of 6). Everything else behaves as with ``"fp32"``.
+            parameter instead of 6). Everything else behaves as with ``"fp32"``. Or
+            ``"stochastic"`` (pseudo_fp16 with bfloat16 only): no master, the bfloat16
+            weight (2 bytes per parameter) takes the optimizer's fp32 update with
+            stochastic rounding (``tfinit._stochastic_rounding``; ``get_master_weights``
+            gives the weights widened); ``blob_copy[tf.int16]`` is an empty placeholder.
 
     Returns:
         A context manager (yields ``None``).
 
     Raises:
         RuntimeError: the Keras backend is not TensorFlow.
-        ValueError: a bad ``mode``, ``compute_dtype`` or ``master``; ``master="split"`` with
-            float16 or in reverse mode; bfloat16 across MultiWorker workers.
+        ValueError: a bad ``mode``, ``compute_dtype`` or ``master``; ``master="split"`` or
+            ``"stochastic"`` with float16 or in reverse mode; bfloat16 across MultiWorker
+            workers.
 
     Example:
 
@@ -151,8 +156,9 @@ def _refuse_state_tree(model):
 
     @functools.wraps(get_state_tree)
     def get_state_tree_keeping_masters(*args, **kwargs):
-        copies = [v.path for v in model.weights
-                  if (pair := pair_records.pair_of(v)) is not None and pair.computes_with_copy]
+        copies = [v.path for v in model.weights  # (a stochastic pair's weight is its all)
+                  if (pair := pair_records.pair_of(v)) is not None and pair.computes_with_copy
+                  and not pair.rounds_stochastically]
         if copies:
             raise ValueError(
                 f"get_state_tree: variable {copies[0]!r} (and {len(copies) - 1} more) is the "
