@@ -26,7 +26,8 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
 from tfinit.mixed_precision._common import shard_layouts
 from tfinit.mixed_precision._common.optimizer_core import FP32_STATE, MasterWeightOptimizerBase
-from tfinit.mixed_precision._keras_variables import pair_records, paired_variables
+from tfinit.mixed_precision._keras_variables import (pair_records, paired_variables,
+                                                    quantized_slots)
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -130,6 +131,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             pair.close_step()  # copies re-cast; split: split back, the scratch emptied
 
     def _keep_state_in(self, dtype, pairs):
+        if dtype == "int8":
+            return quantized_slots.keep_state_quantized(self.inner_optimizer,
+                                                        [p.master for p in pairs])
         keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])
 
     def _built_for(self, var_list, targets, pairs):

@@ -50,7 +50,7 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES
 from tfinit.mixed_precision._common.optimizer_core import (AUTO, FP32_STATE,
                                                         MasterWeightOptimizerBase)
-from tfinit.mixed_precision._tensorflow import pair_records, paired_variables
+from tfinit.mixed_precision._tensorflow import pair_records, paired_variables, quantized_slots
 
 
 def _map_values(grad, fn):
@@ -155,6 +155,10 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         pair_records.close_masters(pairs)
 
     def _keep_state_in(self, dtype, pairs):
+        if dtype == "int8":
+            return quantized_slots.keep_state_quantized(
+                self.inner_optimizer,
+                lambda v: isinstance(v, paired_variables.MasterVariable))
         keep_state_in(self.inner_optimizer, dtype)
 
     # -- the step ---------------------------------------------------------------------
