@@ -80,6 +80,11 @@ def test_quantize_then_dequantize_stays_within_the_maps_bound(levels, signed):
     codes, scales = qs.quantize(keras.ops.convert_to_tensor(values), levels)
     assert tuple(codes.shape) == (4, 256) and tuple(scales.shape) == (4,)
     assert keras.backend.standardize_dtype(codes.dtype) == "uint8"
+    # each code is the nearest level's (numpy's search over the map's midpoints)
+    flat_scales = np.repeat(keras.ops.convert_to_numpy(scales), 256)[:1000]
+    normed = (values.ravel() / np.where(flat_scales > 0, flat_scales, 1)).astype(np.float32)
+    nearest = np.searchsorted((levels[1:] + levels[:-1]) / 2, normed)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(codes).ravel()[:1000], nearest)
     back = keras.ops.convert_to_numpy(qs.dequantize(codes, scales, levels, (10, 100)))
     error = np.abs(back.astype(np.float64) - values)
     bound = qs.error_bound(values, levels)

@@ -90,8 +90,9 @@ def stored_shapes(shape):
 
 
 def quantize(value, levels):
-    """``(codes, scales)`` of ``value`` (any shape, cast to float32) on the map ``levels``:
-    each element rounded to the nearest level of its block's scaled map."""
+    """``(codes, scales)`` of ``value`` (any shape, cast to float32) on the map ``levels``
+    (:data:`SIGNED` or :data:`UNSIGNED`): each element rounded to the nearest level of its
+    block's scaled map (:func:`_nearest_codes`)."""
     flat = ops.reshape(ops.cast(value, MASTER_DTYPE), (-1,))
     (blocks, block), _ = stored_shapes(tuple(value.shape))
     padding = blocks * block - flat.shape[0]
@@ -100,10 +101,28 @@ def quantize(value, levels):
     grouped = ops.reshape(flat, (blocks, block))
     scales = ops.max(ops.abs(grouped), axis=1)
     divisor = ops.where(ops.greater(scales, 0.0), scales, ops.ones_like(scales))
-    normed = ops.reshape(ops.divide(grouped, ops.expand_dims(divisor, 1)), (-1,))
-    midpoints = ops.convert_to_tensor((levels[1:] + levels[:-1]) / 2, MASTER_DTYPE)
-    codes = ops.searchsorted(midpoints, normed, side="left")
-    return ops.reshape(ops.cast(codes, CODE_DTYPE), (blocks, block)), scales
+    normed = ops.divide(grouped, ops.expand_dims(divisor, 1))
+    return ops.cast(_nearest_codes(normed, levels is SIGNED), CODE_DTYPE), scales
+
+
+def _nearest_codes(normed, signed):
+    """The index in the map of the level nearest each of ``normed`` (in [-1, 1]), computed
+    element-wise (no search): the decade ``k`` from ``log10``, the step in it by rounding."""
+    extra = 0.0 if signed else 1.0  # n_k = 2**(k + extra)
+    size = ops.abs(normed)
+    k = ops.clip(ops.floor(ops.log10(ops.maximum(size, 1e-30))) + _DECADES, 0, _DECADES - 1)
+    top = ops.power(10.0, k + (1 - _DECADES))
+    count = ops.power(2.0, k + extra)
+    step = 0.9 * top / count
+    index = ops.clip(ops.round((size - 0.1 * top) / step) - 1, -1, count - 1)
+    # the lowest decade: between zero and its first level, the nearer one
+    lowest = 10.0 ** (1 - _DECADES) * (0.1 + 0.9 / 2.0 ** extra)
+    index = ops.where(ops.logical_and(ops.equal(k, 0), ops.greater_equal(size, lowest / 2)),
+                      ops.maximum(index, 0), index)
+    magnitude = count - 2.0 ** extra + 1 + index  # 0: zero; levels of lower decades first
+    if not signed:
+        return magnitude
+    return ops.where(ops.less(normed, 0), 127 - magnitude, 127 + magnitude)
 
 
 def dequantize(codes, scales, levels, shape):
