@@ -44,6 +44,8 @@ CODE_DTYPE = "uint8"
 NONNEGATIVE_SLOTS = frozenset({"velocity", "velocity_hat", "accumulator", "norm",
                                "accumulated_grad", "accumulated_delta_var"})
 _DECADES = 7
+#: each decade's top (its largest level), a fraction of the block's maximum
+_TOPS = 10.0 ** np.arange(1 - _DECADES, 1)
 _WHO = "MasterWeightOptimizer"
 
 
@@ -107,14 +109,16 @@ def quantize(value, levels):
 
 def _nearest_codes(normed, signed):
     """The index in the map of the level nearest each of ``normed`` (in [-1, 1]), computed
-    element-wise (no search): the decade ``k`` from ``log10``, the step in it by rounding."""
-    extra = 0.0 if signed else 1.0  # n_k = 2**(k + extra)
+    element-wise (no search, no transcendental): the decade ``k`` by comparisons, the step
+    in it by rounding."""
+    extra = 0 if signed else 1  # n_k = 2**(k + extra)
     size = ops.abs(normed)
-    k = ops.clip(ops.floor(ops.log10(ops.maximum(size, 1e-30))) + _DECADES, 0, _DECADES - 1)
-    top = ops.power(10.0, k + (1 - _DECADES))
-    count = ops.power(2.0, k + extra)
-    step = 0.9 * top / count
-    index = ops.clip(ops.round((size - 0.1 * top) / step) - 1, -1, count - 1)
+    k = sum(ops.cast(ops.greater(size, 10.0 ** (j - _DECADES)), "int32")
+            for j in range(1, _DECADES))
+    top = ops.take(ops.convert_to_tensor(_TOPS, MASTER_DTYPE), k)
+    count = ops.take(ops.convert_to_tensor(2.0 ** (np.arange(_DECADES) + extra), MASTER_DTYPE),
+                     k)
+    index = ops.clip(ops.round((size - 0.1 * top) / (0.9 * top / count)) - 1, -1, count - 1)
     # the lowest decade: between zero and its first level, the nearer one
     lowest = 10.0 ** (1 - _DECADES) * (0.1 + 0.9 / 2.0 ** extra)
     index = ops.where(ops.logical_and(ops.equal(k, 0), ops.greater_equal(size, lowest / 2)),
