@@ -47,7 +47,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         name: the optimizer's name.
         state_dtype: ``None`` / ``"float32"``, or ``"bfloat16"``: the inner optimizer's
             per-variable state of a paired variable (Adam's moments, momentum...) is stored
-            in bfloat16; EMA averages and gradient accumulators stay fp32.
+            in bfloat16; EMA averages and gradient accumulators stay fp32. ``"int8"``: stored
+            blockwise in 8 bits (uint8 codes, a float32 scale per 256), dequantized for each
+            step and requantized after it (guide: mixed precision, 8-bit optimizer state).
         shard_over: None, or the name of an axis of the active ``keras.distribution``
             device mesh (``"batch"`` for ``DataParallel``): ZeRO-1, the fp32 masters (a split
             pair's remainders) and the inner optimizer's state are sharded over that axis on

@@ -95,6 +95,8 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             momentum...) is stored in bfloat16, half the bytes; the update is still
             computed in fp32 on the exact master. EMA averages and gradient accumulators
             stay fp32. It changes the numerics: see the README's training-quality table.
+            ``"int8"``: stored blockwise in 8 bits (uint8 codes, a float32 scale per 256),
+            dequantized for each step and requantized after it.
         shard_over: None only on TensorFlow (ZeRO-1 over a ``keras.distribution`` mesh
             axis is JAX's; tf.distribute keeps whole masters and state on every replica).
 
