@@ -272,3 +272,36 @@ def test_the_state_tree_round_trips_codes_and_scales():
         m.train_on_batch(x[:16], y[:16])
     _assert_same(_arrays(optimizer.variables), _arrays(other_opt.variables))
     _assert_same(mp.get_master_weights(model), mp.get_master_weights(other))
+
+
+_MIRRORED = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from tfinit import mixed_precision as mp
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope(), mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    optimizer = mp.MasterWeightOptimizer(keras.optimizers.Adam(), state_dtype="int8")
+    try:
+        optimizer.build(model.trainable_variables)
+    except ValueError as error:
+        print(error)
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter with two logical CPUs
+@pytest.mark.tensorflow_only
+def test_int8_state_is_refused_under_a_strategy_of_several_replicas():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-c", _MIRRORED], capture_output=True, text=True,
+                         cwd=REPO, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert ("`state_dtype='int8'` does not combine with a tf.distribute strategy of several "
+            "replicas (MirroredStrategy, 2 replicas)") in out.stdout, out.stderr[-2000:]

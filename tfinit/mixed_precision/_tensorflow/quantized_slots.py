@@ -46,5 +46,15 @@ def make_slot(reference, name, codes, scales, levels):
 
 def keep_state_quantized(optimizer, is_master):
     """Make ``optimizer`` store its slots of the variables ``is_master`` accepts as int8
-    codes and scales."""
+    codes and scales; ValueError under a ``tf.distribute`` strategy of several replicas (each
+    replica's step would share one slot's step value)."""
+    strategy = (tf.distribute.get_strategy() if tf.distribute.has_strategy()
+                else internals.optimizer_strategy(optimizer))
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        raise ValueError(
+            "MasterWeightOptimizer: Argument `state_dtype='int8'` does not combine with a "
+            f"tf.distribute strategy of several replicas ({type(strategy).__name__}, "
+            f"{strategy.num_replicas_in_sync} replicas): the replicas' steps would share the "
+            "dequantized moments. Use state_dtype='bfloat16' (or None) there, or train on "
+            "one replica.")
     quantized_state.install(optimizer, is_master, make_slot, FP32_STATE)
