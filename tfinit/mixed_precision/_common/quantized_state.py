@@ -113,8 +113,8 @@ def _nearest_codes(normed, signed):
     in it by rounding."""
     extra = 0 if signed else 1  # n_k = 2**(k + extra)
     size = ops.abs(normed)
-    k = sum(ops.cast(ops.greater(size, 10.0 ** (j - _DECADES)), "int32")
-            for j in range(1, _DECADES))
+    # (a size on a decade's bottom counts in the decade above: the same nearest level)
+    k = ops.digitize(size, [10.0 ** (j - _DECADES) for j in range(1, _DECADES)])
     top = ops.take(ops.convert_to_tensor(_TOPS, MASTER_DTYPE), k)
     count = ops.take(ops.convert_to_tensor(2.0 ** (np.arange(_DECADES) + extra), MASTER_DTYPE),
                      k)
@@ -197,8 +197,12 @@ class QuantizedSlotRules:
         if store and value is not None:
             self._store(value)
 
+    def _quantize(self, value):
+        """``quantize(value, levels)`` (a backend's class may compile it)."""
+        return quantize(value, self._levels)
+
     def _store(self, value):
-        codes, scales = quantize(value, self._levels)
+        codes, scales = self._quantize(value)
         self._codes.assign(codes)
         self._scales.assign(scales)
 
