@@ -181,14 +181,12 @@ class QuantizedSlotRules:
         codes and scales dequantized."""
         if self._step_value is not None:
             return self._step_value
-        return dequantize(self._codes.value, self._scales.value, self._levels,
-                          tuple(self.shape))
+        return self._dequantize()
 
     def open_step(self):
         """Before the inner optimizer's step: the slot dequantized once, a float32 tensor
         its reads and writes (torch's in-place ones too) use until :meth:`close_step`."""
-        self._step_value = dequantize(self._codes.value, self._scales.value, self._levels,
-                                      tuple(self.shape))
+        self._step_value = self._dequantize()
 
     def close_step(self, store=True):
         """After it: the step's value requantized into codes and scales (``store``), and
@@ -196,6 +194,11 @@ class QuantizedSlotRules:
         value, self._step_value = self._step_value, None
         if store and value is not None:
             self._store(value)
+
+    def _dequantize(self):
+        """The codes and scales dequantized (a backend's class may compile it)."""
+        return dequantize(self._codes.value, self._scales.value, self._levels,
+                          tuple(self.shape))
 
     def _quantize(self, value):
         """``quantize(value, levels)`` (a backend's class may compile it)."""
