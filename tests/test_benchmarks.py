@@ -386,3 +386,20 @@ def test_benchmark_modules_import_each_other_without_a_cycle():
         graph[path.stem] = imported & {p.stem for p in folder.glob("*.py")}
     assert graph["fills_jax"] and "run" not in graph["fills_jax"], graph["fills_jax"]
     list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a cycle
+
+
+@pytest.mark.slow  # builds and compiles three models
+def test_int8_state_rows_hold_12_8_and_6_bytes_per_parameter(tmp_path):
+    """``benchmarks.int8_state --smoke``: a memory row per state dtype (the bytes fixed by
+    the dtypes: 12, 8, 6 + the int8 blocks' scales and padding) and one timed row."""
+    from benchmarks import int8_state
+
+    assert int8_state.main(["--smoke", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results_int8_state_tensorflow_smoke.json").read_text())
+    memory = {r["name"].split(": ", 1)[1]: r for r in rows if "bytes_per_param" in r}
+    assert list(memory) == list(int8_state.STATES)
+    assert memory["fp32 state"]["bytes_per_param"] == pytest.approx(12.0, abs=0.01)
+    assert memory["bf16 state"]["bytes_per_param"] == pytest.approx(8.0, abs=0.01)
+    assert 6.0 < memory["int8 state"]["bytes_per_param"] < 6.1
+    timed = [r for r in rows if "ratio" in r]
+    assert len(timed) == 1 and _positive(timed[0]["ratio"]) and _positive(timed[0]["ours_ms"])

@@ -390,6 +390,26 @@ def test_track_optimizer_variable_makes_an_existing_variable_optimizer_state():
     assert any(v is extra for v in opt.variables), MOVED
 
 
+def test_keep_out_of_optimizer_variables_leaves_a_slot_out_of_the_variables_only():
+    opt = keras.optimizers.SGD(momentum=0.9)
+    made = opt.add_variable_from_reference
+    kept_out = []
+
+    def add_variable_from_reference(reference_variable, name=None, initializer="zeros"):
+        slot = made(reference_variable, name=name, initializer=initializer)
+        if not kept_out:  # a variable the optimizer did not list yet: a fresh one
+            slot = keras.Variable(np.zeros(2, "f4"), name="view")
+            internals.keep_out_of_optimizer_variables(opt, slot)
+            kept_out.append(slot)
+        return slot
+
+    internals.set_object_method(opt, "add_variable_from_reference", add_variable_from_reference)
+    opt.build([keras.Variable(np.ones(2, "f4")), keras.Variable(np.ones(3, "f4"))])
+    assert opt.momentums[0] is kept_out[0], MOVED
+    assert not any(v is kept_out[0] for v in opt.variables), MOVED
+    assert any(v is opt.momentums[1] for v in opt.variables), MOVED  # the others listed
+
+
 def test_layers_with_policy_named_finds_layers_rebuilt_with_a_name_object():
     class Name(str):
         pass

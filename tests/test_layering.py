@@ -70,7 +70,7 @@ LAYERS = [
              "_common.pair_kinds", "_common.scope_stack", "_common.weight_files",
              "_common.replica_report", "_keras_variables.jax", "_keras_variables.torch"],
             # the layouts of masters sharded over a mesh axis (shard_over, JAX)
-            ["_common.shard_layouts"],
+            ["_common.shard_layouts", "_common.quantized_state"],
             # the layers' dtype policy; what both backends' MasterWeightOptimizer shares;
             # JAX's or torch's differences, as the backend choice says
             ["_common.pair_policy", "_common.optimizer_core", "_keras_variables.active"],
@@ -78,7 +78,8 @@ LAYERS = [
             # TensorFlow's pair records; JAX/torch: the Keras variables of a pair, what
             # weight files store
             ["_common.scope_hooks", "_tensorflow.pair_records", "_keras_variables.paired_variables",
-             "_keras_variables.save_hooks"],
+             "_keras_variables.save_hooks", "_tensorflow.quantized_slots",
+             "_keras_variables.quantized_slots"],  # int8 state: the slot variables
             # TensorFlow: what save formats store, the Keras variables of a pair; JAX/torch:
             # the pair records, made from built layers (no variable creator)
             ["_tensorflow.save_hooks", "_tensorflow.paired_variables",

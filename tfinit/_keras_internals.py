@@ -515,6 +515,11 @@ def track_optimizer_variable(optimizer, variable):
     optimizer._track_variable(variable)
 
 
+def keep_out_of_optimizer_variables(optimizer, variable):
+    # Public stand-in: none; keeps an int8 slot (codes and scales' view) out of `variables`.
+    optimizer._tracker.stored_ids["variables"].add(id(variable))
+
+
 def compiled_optimizer(model):
     # Public stand-in: `model.get_compile_config()["optimizer"]`, which is serialized (a new
     # object once deserialized); tfinit needs the very object `compile` was handed (resolved

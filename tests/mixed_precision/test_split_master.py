@@ -479,6 +479,6 @@ def test_bfloat16_optimizer_state_for_masters_only_and_its_bad_values():
     _stepper(model, opt, "function")(x, y)
     restored = mp.MasterWeightOptimizer.from_config(opt.get_config())
     assert restored.state_dtype == "bfloat16"
-    with pytest.raises(ValueError, match=r"Argument `state_dtype` must be None, 'float32' or "
-                                         r"'bfloat16'\. Received: state_dtype='float16'"):
+    with pytest.raises(ValueError, match=r"Argument `state_dtype` must be None, 'float32', "
+                                         r"'bfloat16' or 'int8'\. Received: state_dtype='float16'"):
         mp.MasterWeightOptimizer(keras.optimizers.Adam(), state_dtype="float16")

@@ -20,13 +20,13 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision._common import scope_stack, shard_layouts
+from tfinit.mixed_precision._common import quantized_state, scope_stack, shard_layouts
 
 #: Keras's ``LossScaleOptimizer`` constants: the first scale, finite steps between doublings
 INITIAL_SCALE = 2.0**15
 GROWTH_STEPS = 2000
 #: the dtypes ``state_dtype`` takes
-STATE_DTYPES = (MASTER_DTYPE, "bfloat16")
+STATE_DTYPES = (MASTER_DTYPE, "bfloat16", "int8")
 #: state Keras's base optimizer keeps per variable that stays fp32 whatever ``state_dtype``
 #: (each backend's ``keep_state_in`` leaves it so)
 FP32_STATE = ("average", "gradient_accumulator")
@@ -99,8 +99,16 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
             shard_layouts.mesh_for(shard_over)  # checked again at build (the distribution then)
         if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
             raise ValueError(
-                f"{_WHO}: Argument `state_dtype` must be None, 'float32' or 'bfloat16'. "
-                f"Received: state_dtype={state_dtype!r}")
+                f"{_WHO}: Argument `state_dtype` must be None, 'float32', 'bfloat16' or "
+                f"'int8'. Received: state_dtype={state_dtype!r}")
+        if state_dtype is not None and dtype_name(state_dtype) == "int8":
+            quantized_state.refuse_without_moments(optimizer)
+            if shard_over is not None:
+                raise ValueError(
+                    f"{_WHO}: Argument `state_dtype='int8'` does not combine with "
+                    "`shard_over` (the blockwise codes and scales are not laid out over a "
+                    "mesh axis). Use state_dtype='bfloat16' with shard_over, or "
+                    f"shard_over=None with int8. Received: shard_over={shard_over!r}")
         if kwargs:
             raise ValueError(
                 f"{_WHO}: unexpected keyword arguments {sorted(kwargs)}: set them on the "
@@ -277,6 +285,8 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         if self.state_dtype not in (None, MASTER_DTYPE):
             self._keep_state_in(self.state_dtype, pairs)
         self.inner_optimizer.build(targets)
+        if self.state_dtype == "int8":
+            quantized_state.check_quantized(self.inner_optimizer, pairs)
         internals.build_optimizer_base(self, var_list)
         self._built_for(var_list, targets, pairs)
 

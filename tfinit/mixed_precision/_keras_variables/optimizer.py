@@ -26,7 +26,8 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
 from tfinit.mixed_precision._common import shard_layouts
 from tfinit.mixed_precision._common.optimizer_core import FP32_STATE, MasterWeightOptimizerBase
-from tfinit.mixed_precision._keras_variables import pair_records, paired_variables
+from tfinit.mixed_precision._keras_variables import (pair_records, paired_variables,
+                                                    quantized_slots)
 
 
 @keras.saving.register_keras_serializable(package="tfinit")
@@ -46,7 +47,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         name: the optimizer's name.
         state_dtype: ``None`` / ``"float32"``, or ``"bfloat16"``: the inner optimizer's
             per-variable state of a paired variable (Adam's moments, momentum...) is stored
-            in bfloat16; EMA averages and gradient accumulators stay fp32.
+            in bfloat16; EMA averages and gradient accumulators stay fp32. ``"int8"``: stored
+            blockwise in 8 bits (uint8 codes, a float32 scale per 256), dequantized for each
+            step and requantized after it (guide: mixed precision, 8-bit optimizer state).
         shard_over: None, or the name of an axis of the active ``keras.distribution``
             device mesh (``"batch"`` for ``DataParallel``): ZeRO-1, the fp32 masters (a split
             pair's remainders) and the inner optimizer's state are sharded over that axis on
@@ -135,6 +138,9 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
             pair.close_step(rounding)
 
     def _keep_state_in(self, dtype, pairs):
+        if dtype == "int8":
+            return quantized_slots.keep_state_quantized(self.inner_optimizer,
+                                                        [p.master for p in pairs])
         keep_state_in(self.inner_optimizer, dtype, [p.master for p in pairs])
 
     def _built_for(self, var_list, targets, pairs):
