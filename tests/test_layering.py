@@ -66,15 +66,16 @@ LAYERS = [
             # backend choice; the pair kinds' roles and the pairing rule; the active scopes;
             # weight files seen through conversions; what replica_mismatches reports; what
             # JAX and torch each do their own way (the same names in both)
-            ["_common", "_tensorflow", "_keras_variables", "_common.backend_choice",
+            ["_common", "_tensorflow", "_keras_variables", "_backend_choice",
              "_common.pair_kinds", "_common.scope_stack", "_common.weight_files",
              "_common.replica_report", "_keras_variables.jax", "_keras_variables.torch"],
-            # the layouts of masters sharded over a mesh axis (shard_over, JAX)
-            ["_common.shard_layouts", "_common.quantized_state"],
-            # the layers' dtype policy; what both backends' MasterWeightOptimizer shares;
+            # the layouts of masters sharded over a mesh axis (shard_over, ZeRO-1 on JAX);
+            # int8 state's maps and blockwise quantization
+            ["_keras_variables.shard_layouts", "_common.quantized_state"],
+            # the layers' dtype policy; what MasterWeightOptimizer is on every backend;
             # JAX's or torch's differences, as the backend choice says
             ["_common.pair_policy", "_common.optimizer_core", "_keras_variables.active"],
-            # what both scopes set on the layers and models they construct or load;
+            # what scope sets on the layers and models it constructs or loads;
             # TensorFlow's pair records; JAX/torch: the Keras variables of a pair, what
             # weight files store
             ["_common.scope_hooks", "_tensorflow.pair_records", "_keras_variables.paired_variables",
@@ -84,9 +85,12 @@ LAYERS = [
             # the pair records, made from built layers (no variable creator)
             ["_tensorflow.save_hooks", "_tensorflow.paired_variables",
              "_keras_variables.pair_records"],
-            ["_tensorflow.optimizer", "_keras_variables.optimizer"],  # each backend's step
-            ["_tensorflow.scope", "_keras_variables.scope"],  # each backend's scope
-            ["_chosen_backend"],  # the chosen backend's scope, optimizer and pair functions
+            # each backend's MasterWeightOptimizer step; each backend's steps of scope
+            ["_tensorflow.optimizer", "_keras_variables.optimizer",
+             "_tensorflow.scope_steps", "_keras_variables.scope_steps"],
+            ["_chosen_backend"],  # the chosen backend's scope steps, optimizer step, pairs
+            ["_optimizer"],  # MasterWeightOptimizer, once, over the chosen backend's step
+            ["_scope"],  # scope, once, over the chosen backend's steps
             ["_master_weights", "_replicas"],  # the public functions over pairs (one path)
             ["_callbacks"],  # EarlyStopping reads the masters through _master_weights
         ]),
@@ -269,5 +273,49 @@ def test_mixed_precision_keeps_each_backend_in_its_folder():
                        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not [m for m in modules if m.split(".")[0] == "tensorflow"], name
         assert "_backend.tensorflow(" not in source, name
-        assert '"torch"' not in source or name.endswith((".active", ".backend_choice")), name
+        assert '"torch"' not in source or name.endswith((".active", "._backend_choice")), name
     assert "torch" not in (REPO / "tfinit/mixed_precision/_keras_variables/jax.py").read_text()
+
+
+#: what asks which backend runs: the backend packages, tfinit's backend switch, the choice
+BACKEND_ASKERS = ("tensorflow", "jax", "torch", "tfinit._backend",
+                  "tfinit.mixed_precision._backend_choice")
+
+
+def test_mixed_precision_common_asks_no_backend():
+    """``tfinit.mixed_precision._common`` is what every backend shares: none of its modules
+    imports a backend package, tfinit's backend switch or the backend choice, or asks
+    ``keras.backend.backend()`` (the backend folders and ``_chosen_backend`` supply what
+    differs)."""
+    common = [n for n in ALL if n.startswith("mixed_precision._common")]
+    assert len(common) >= 8
+    for name in common:
+        tree = ast.parse(_module_path(name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = [f"{node.module}.{a.name}" for a in node.names] + [node.module or ""]
+            else:
+                continue
+            asked = [m for m in modules
+                     if m.split(".")[0] in BACKEND_ASKERS[:3]
+                     or any(m == a or m.startswith(a + ".") for a in BACKEND_ASKERS[3:])]
+            assert not asked, f"tfinit.{name} imports {asked}"
+        calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and ast.unparse(node.func).endswith("backend.backend")]
+        assert not calls, f"tfinit.{name} asks {ast.unparse(calls[0])}" if calls else ""
+
+
+def test_scope_and_master_weight_optimizer_are_defined_once():
+    """The public ``scope`` and ``MasterWeightOptimizer`` are written once (one docstring
+    each), over the backend folders' steps; no backend folder defines either."""
+    where = {"scope": [], "MasterWeightOptimizer": []}
+    for name in ALL:
+        if not name.startswith("mixed_precision"):
+            continue
+        for node in ast.parse(_module_path(name).read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in where:
+                where[node.name].append(name)
+    assert where == {"scope": ["mixed_precision._scope"],
+                     "MasterWeightOptimizer": ["mixed_precision._optimizer"]}

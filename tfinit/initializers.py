@@ -26,7 +26,8 @@ import numpy as np
 from tfinit import _backend, _fans, _init_net
 from tfinit._split_master import tensorflow as tf_split
 from tfinit._init_net import TRACKING_ATTRIBUTE, track  # noqa: F401 (public here)
-from tfinit._precision import (Mode, PairSpec, check_initializer_scope, dtype_name, pair_spec,
+from tfinit._precision import (MASTER_DTYPE, REMAINDER_DTYPE, Mode, PairSpec,
+                               check_initializer_scope, dtype_name, pair_spec,
                                parse_compute_dtype)
 from tfinit.fills import RandomFill, distributed, registry
 from tfinit.parameter_info import ParameterInfo, check_tags
@@ -90,31 +91,27 @@ def create_pair(name, value, spec, *, trainable=True, make_variable=None):
                 f"{who}: parameter {name!r} holds {first!r}, beyond {spec.compute_dtype}'s "
                 f"range; its {spec.compute_dtype} copy would be inf."
             )
-    other_name = name + spec.other_suffix
     if spec.is_stochastic:
         # No master: the bfloat16 weight, and an empty placeholder as the pair's other one.
-        other = make_variable(initial_value=tf.zeros([0], tf.int16), name=other_name,
-                              dtype=spec.other_dtype, trainable=False)
-        primary = make_variable(initial_value=copy_value, name=name,
-                                dtype=spec.compute_dtype, trainable=trainable)
+        remainder = tf.zeros([0], tf.int16)
     elif spec.is_split:
         # No fp32 variable: the bfloat16 copy and an int16 remainder hold the master exactly.
         copy_value, remainder = tf_split.split(master_value)
-        other = make_variable(initial_value=remainder, name=other_name,
-                              dtype=spec.other_dtype, trainable=False)
-        primary = make_variable(initial_value=copy_value, name=name,
-                                dtype=spec.compute_dtype, trainable=trainable)
-    elif spec.is_pseudo:
-        master = make_variable(initial_value=master_value, name=other_name,
-                               dtype=tf.float32, trainable=False)
-        primary = make_variable(initial_value=copy_value, name=name,
-                                dtype=spec.compute_dtype, trainable=trainable)
-        other = master
     else:
-        primary = make_variable(initial_value=master_value, name=name, dtype=tf.float32,
-                                trainable=trainable)
-        other = make_variable(initial_value=copy_value, name=other_name,
-                              dtype=spec.compute_dtype, trainable=False)
+        remainder = None
+    # Which variable the code sees and which rides along is the spec's (its two dtypes).
+    values = {MASTER_DTYPE: master_value, spec.compute_dtype: copy_value,
+              REMAINDER_DTYPE: remainder}
+    primary_kwargs = dict(initial_value=values[spec.primary_dtype], name=name,
+                          dtype=spec.primary_dtype, trainable=trainable)
+    other_kwargs = dict(initial_value=values[spec.other_dtype], name=name + spec.other_suffix,
+                        dtype=spec.other_dtype, trainable=False)
+    if spec.is_pseudo:  # the master's storage first, as Caffe2's initializers create them
+        other = make_variable(**other_kwargs)
+        primary = make_variable(**primary_kwargs)
+    else:
+        primary = make_variable(**primary_kwargs)
+        other = make_variable(**other_kwargs)
     return ParameterInfo(primary, master_value.shape,
                          blob_copy={tf.as_dtype(spec.other_dtype): other})
 

@@ -16,13 +16,15 @@ import math
 import keras
 
 from tfinit import _backend
+from tfinit._precision import SUFFIXES
 
 #: Caffe2's ``modeling/parameter_info.py`` ``ParameterTags``
 PARAMETER_TAGS = ("BIAS", "WEIGHT", "COMPUTED_PARAM")
 #: short names of the parameters brew tags BIAS: Keras's ``bias``, BatchNormalization's
 #: ``beta``; brew's ``<layer>_b``
 _BIAS_NAMES = ("bias", "beta")
-_COPY_SUFFIXES = ("_fp32", "_fp16", "_bf16")
+#: the name suffixes Caffe2 gave a pair's other variable (``P_fp32`` reads as ``P``)
+_COPY_SUFFIXES = tuple(SUFFIXES.values())
 
 
 def check_tags(tags, who):

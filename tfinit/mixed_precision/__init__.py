@@ -1,15 +1,17 @@
 """fp32 master weights beside 16-bit compute copies (Caffe2's PseudoFP16, arXiv 1710.03740).
 
-The house: ``_common/`` (every backend), ``_tensorflow/`` (Keras's TensorFlow backend: a
-variable creator makes the pairs) and ``_keras_variables/`` (JAX and torch: pairs made from
-built layers; ``jax``/``torch`` hold what each does its own way); the backend is chosen once
-(``_common/backend_choice``, whose folder ``_chosen_backend`` imports). Where a thing differs
-by backend, both folders have a module of the same name.
+The house: ``_common/`` (every backend; it asks none), ``_tensorflow/`` (Keras's TensorFlow
+backend: a variable creator makes the pairs) and ``_keras_variables/`` (JAX and torch: pairs
+made from built layers; ``jax``/``torch`` hold what each does its own way, ``shard_layouts``
+JAX's ZeRO-1); the backend is chosen once (``_backend_choice``, whose folder
+``_chosen_backend`` imports). Where a thing differs by backend, both folders have a module of
+the same name. ``scope`` (``_scope``) and ``MasterWeightOptimizer`` (``_optimizer``) are
+each written once, over the chosen folder's ``scope_steps`` and ``BackendOptimizer``.
 
 The concepts, one line each (their modules in brackets):
 
-- scope / ScopeState: one entered scope = its PairSpec, strategy and policy [each folder's
-  ``scope``, ``_common/scope_stack``, ``_common/scope_hooks``].
+- scope / ScopeState: one entered scope = its PairSpec, strategy and policy [``_scope``;
+  each folder's ``scope_steps``; ``_common/scope_stack``, ``_common/scope_hooks``].
 - PairPolicy: the dtype policy of layers constructed in a scope; it carries the rules
   [``_common/pair_policy``].
 - which variables pair up, and the pair record: the one record on a paired variable, a
@@ -26,7 +28,7 @@ The concepts, one line each (their modules in brackets):
 - the stochastic pair: the bfloat16 weight, no master; its hash and rounding
   [tfinit._stochastic_rounding].
 - MasterWeightOptimizer: scale, unscale in fp32, update masters, re-cast copies
-  [``_common/optimizer_core``, each folder's ``optimizer``].
+  [``_optimizer``; ``_common/optimizer_core``; each folder's ``optimizer``, its step].
 - the save hooks: every save format stores a pair's fp32 master [each folder's
   ``save_hooks``, ``_common/weight_files``].
 
@@ -69,9 +71,9 @@ what each variable is, so artifacts load and serve. Restores set masters bit-exa
 weights of the same architecture load into a pseudo_fp16 model exactly (fine-tuning).
 """
 
-# Only the scope and the optimizer's step differ by backend, chosen once; the rest is one
-# code path.
-from tfinit.mixed_precision._chosen_backend import MasterWeightOptimizer, scope
+# scope and MasterWeightOptimizer are written once over the chosen backend's steps.
+from tfinit.mixed_precision._optimizer import MasterWeightOptimizer
+from tfinit.mixed_precision._scope import scope
 from tfinit.mixed_precision._common.pair_policy import PairPolicy, PseudoFP16Policy
 from tfinit.mixed_precision._master_weights import (get_master_weights, parameter_info,
                                                     save_weights, set_master_weights,

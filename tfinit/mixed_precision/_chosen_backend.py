@@ -1,5 +1,10 @@
-"""The chosen backend's modules (``_common.backend_choice``): its ``scope``, its
-``MasterWeightOptimizer`` and the pair functions the public functions over pairs use.
+"""The chosen backend's modules (``_backend_choice``): what ``scope`` and
+``MasterWeightOptimizer``, each written once above this module, ask of it, and the pair
+functions the public functions over pairs use.
+
+- ``scope_steps``: the steps of ``scope`` that differ (``check``, ``strategy``,
+  ``creating``, ``after_build``, ``adopt_model``, ``after_exit``);
+- ``BackendOptimizer``: ``MasterWeightOptimizer``'s pairs and step.
 
 Each backend folder's ``pair_records`` gives the same five functions over its variables:
 
@@ -12,22 +17,25 @@ Each backend folder's ``pair_records`` gives the same five functions over its va
 - ``replica_arrays(variable)``: its per-replica (per-device) values, numpy.
 """
 
-from tfinit.mixed_precision._common import backend_choice
+from tfinit.mixed_precision import _backend_choice as backend_choice
+from tfinit.mixed_precision._common import pair_policy
 
 if backend_choice.KERAS_VARIABLES:
     # Keras's JAX or torch backend (no TensorFlow): the same public names;
     # docs/mixed-precision.md#on-kerass-jax-backend lists what differs there.
-    from tfinit.mixed_precision._keras_variables.optimizer import MasterWeightOptimizer
+    from tfinit.mixed_precision._keras_variables import scope_steps
+    from tfinit.mixed_precision._keras_variables.optimizer import BackendOptimizer
     from tfinit.mixed_precision._keras_variables.pair_records import (
         master_for_file, pair_of, pair_pending, refresh, replica_arrays)
-    from tfinit.mixed_precision._keras_variables.scope import scope
 else:
-    # TensorFlow last: the API reference (griffe reads the source and keeps a name's last
-    # binding) documents this branch. Importing the folder refuses another Keras backend.
-    from tfinit.mixed_precision._tensorflow.optimizer import MasterWeightOptimizer
+    # Importing the folder refuses another Keras backend.
+    from tfinit.mixed_precision._tensorflow import scope_steps
+    from tfinit.mixed_precision._tensorflow.optimizer import BackendOptimizer
     from tfinit.mixed_precision._tensorflow.pair_records import (
         master_for_file, pair_of, pair_pending, refresh, replica_arrays)
-    from tfinit.mixed_precision._tensorflow.scope import scope
 
-__all__ = ["MasterWeightOptimizer", "master_for_file", "pair_of", "pair_pending", "refresh",
-           "replica_arrays", "scope"]
+# No variable creator on JAX and torch: layers build fp32 weights and pair up once built.
+pair_policy.layers_build_masters(backend_choice.KERAS_VARIABLES)
+
+__all__ = ["BackendOptimizer", "master_for_file", "pair_of", "pair_pending", "refresh",
+           "replica_arrays", "scope_steps"]

@@ -1,26 +1,26 @@
 """What ``MasterWeightOptimizer`` is on every backend: its arguments, config, loss-scale rules.
 
-``MasterWeightOptimizerBase`` holds the contract both concrete classes share (TensorFlow's in
-``tensorflow.optimizer``, the ``keras.Variable`` one of Keras's JAX and torch backends in
-``keras_variables.optimizer``): the constructor's checks, the constants of dynamic scaling, what
-``loss_scale="auto"`` resolves to and when, ``scale_loss``, the scale's growth and halving,
-``build`` (the inner optimizer built for the masters), weight-decay exclusions,
-``finalize_variable_values`` and the config. A concrete class supplies how its backend finds a
-variable's pair and master and how a step opens and closes them (the ``_pair_of`` ...
-``_built_for`` methods), and its own step (``apply``; ``stateless_apply`` on JAX). It is not
-registered for serialization: each backend's class is, under the one name
-``tfinit>MasterWeightOptimizer``, so a file loads on either. No TensorFlow, no JAX here.
+``MasterWeightOptimizerBase`` holds what every backend shares: the constructor's checks, the
+constants of dynamic scaling, what ``loss_scale="auto"`` resolves to and when, ``scale_loss``,
+the scale's growth and halving, ``build`` (the inner optimizer built for the masters),
+weight-decay exclusions, ``finalize_variable_values`` and the config. Each backend folder's
+``optimizer.BackendOptimizer`` subclasses it with how that backend finds a variable's pair and
+master, how a step opens and closes them (the ``_pair_of`` ... ``_built_for`` methods), what
+``shard_over`` means there, and its step (``apply``; ``stateless_apply`` on JAX and torch);
+``tfinit.mixed_precision._optimizer`` defines the one public ``MasterWeightOptimizer`` on the
+chosen one, as Keras writes ``Optimizer`` once with the backend's mixed in. No backend here.
 """
 
 import math
 import warnings
 
 import keras
+import numpy as np
 from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES, MASTER_DTYPE, dtype_name
-from tfinit.mixed_precision._common import quantized_state, scope_stack, shard_layouts
+from tfinit.mixed_precision._common import quantized_state, scope_stack
 
 #: Keras's ``LossScaleOptimizer`` constants: the first scale, finite steps between doublings
 INITIAL_SCALE = 2.0**15
@@ -61,6 +61,37 @@ def check_seed(seed):
     return seed
 
 
+def check_shard_over(shard_over):
+    """``shard_over`` as the optimizer keeps it (None or a name), or ValueError; whether
+    the backend shards over a mesh axis is the backend's ``_check_shard_over``."""
+    if shard_over is None or (isinstance(shard_over, str) and shard_over):
+        return shard_over
+    raise ValueError(
+        f"{_WHO}: Argument `shard_over` must be None or the name of an axis of the "
+        f"keras.distribution device mesh (e.g. 'batch'). Received: shard_over={shard_over!r}")
+
+
+def shard_over_refused(shard_over, backend):
+    """The ValueError for a ``shard_over`` axis on ``backend``, which does not shard."""
+    return ValueError(
+        f"{_WHO}: Argument `shard_over` (ZeRO-1: masters and optimizer state sharded "
+        "over a keras.distribution mesh axis) works on Keras's JAX backend only. On "
+        f"{backend} leave it None: tf.distribute's strategies (and torch's "
+        "Keras backend) keep a whole copy of the masters and optimizer state on every "
+        "replica; sharding them there is not built in (use the JAX backend with "
+        f"keras.distribution). Received: shard_over={shard_over!r}")
+
+
+def dropped_shard_over(shard_over):
+    """None, with a warning: the saved optimizer's ``shard_over`` does not apply here."""
+    warnings.warn(
+        f"{_WHO}: the saved optimizer sharded its masters and state over the mesh axis "
+        f"{shard_over!r} (shard_over), which this process has no active keras.distribution "
+        "axis for (or its backend is not JAX): it loads with shard_over=None, the state whole "
+        "on each device. Load it under a distribution with that axis to keep it sharded.",
+        stacklevel=4)
+
+
 def scaling_for(compute_dtypes):
     """What ``"auto"`` means for models computing in ``compute_dtypes``: ``"dynamic"`` with
     float16 among them, None for bfloat16 alone, still ``"auto"`` for none."""
@@ -94,9 +125,9 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         _check_optimizer(optimizer)
         check_seed(seed)
         loss_scale = check_loss_scale(loss_scale)
-        shard_over = shard_layouts.check_shard_over(shard_over)
-        if shard_over is not None and keras.distribution.distribution() is not None:
-            shard_layouts.mesh_for(shard_over)  # checked again at build (the distribution then)
+        shard_over = check_shard_over(shard_over)
+        if shard_over is not None:
+            self._check_shard_over(shard_over)
         if state_dtype is not None and dtype_name(state_dtype) not in STATE_DTYPES:
             raise ValueError(
                 f"{_WHO}: Argument `state_dtype` must be None, 'float32', 'bfloat16' or "
@@ -156,6 +187,20 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
     def _built_for(self, var_list, targets, pairs):
         """After ``build``: what the backend's step needs of the variables."""
         return None
+
+    def _check_shard_over(self, shard_over):
+        """Refuse a ``shard_over`` axis name (not None) this backend cannot shard over."""
+        raise NotImplementedError
+
+    @classmethod
+    def _shard_over_here(cls, shard_over):
+        """A saved optimizer's ``shard_over`` (not None) if it applies here, else None with
+        a warning (``dropped_shard_over``)."""
+        return dropped_shard_over(shard_over)
+
+    def _to_numpy(self, value):
+        """``value`` whole, as numpy (the backend may gather a sharded one first)."""
+        return keras.ops.convert_to_numpy(value)
 
     # -- loss scaling ------------------------------------------------------------------
     def _resolve_scaling(self, pairs=None, commit=True):
@@ -340,7 +385,8 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
     def save_own_variables(self, store):
         """This optimizer's own variables only (see ``_own_variables``); a variable sharded
         over processes (``shard_over`` on a multi-host mesh) is gathered first."""
-        shard_layouts.save_gathered(self._own_variables(), store)
+        for index, variable in enumerate(self._own_variables()):
+            store[str(index)] = np.asarray(self._to_numpy(variable.value))
 
     def load_own_variables(self, store):
         """This optimizer's own variables, from a file written on either backend, now or
@@ -410,5 +456,6 @@ class MasterWeightOptimizerBase(keras.optimizers.LossScaleOptimizer):
         for key, default in _BASE_DEFAULTS.items():
             if key in config and config[key] == default:
                 del config[key]
-        config["shard_over"] = shard_layouts.shard_over_here(config.get("shard_over"))
+        if config.get("shard_over") is not None:
+            config["shard_over"] = cls._shard_over_here(config["shard_over"])
         return cls(inner, **config)

@@ -23,7 +23,7 @@ import keras
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import Mode, PairSpec, pair_spec
-from tfinit.mixed_precision._common import backend_choice, scope_stack
+from tfinit.mixed_precision._common import scope_stack
 
 NORMALIZATION_LAYERS = tuple(
     getattr(keras.layers, name)
@@ -34,6 +34,24 @@ NORMALIZATION_LAYERS = tuple(
                  "Normalization")
     if hasattr(keras.layers, name)
 )
+#: how the chosen backend pairs a layer's weights, told once by ``_chosen_backend`` (this
+#: module asks no backend): True on JAX and torch, where no variable creator pairs them as
+#: they are created, so layers build them in float32 (their masters) and pair up once built
+_building_masters = None
+
+
+def layers_build_masters(value):
+    """Whether layers holding a PairPolicy build fp32 weights that pair up afterwards
+    (``value``: the chosen backend's answer, given once)."""
+    global _building_masters
+    _building_masters = bool(value)
+
+
+def _layers_build_masters():
+    if _building_masters is None:
+        raise RuntimeError("tfinit.mixed_precision chose no backend yet (_chosen_backend).")
+    return _building_masters
+
 
 @keras.saving.register_keras_serializable(package="tfinit")
 class PairPolicy(keras.dtype_policies.DTypePolicy):
@@ -73,10 +91,20 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
     """
 
     def __init__(self, compute_dtype="float16", mode="pseudo_fp16"):
-        self.spec = pair_spec(mode, compute_dtype, "PairPolicy")
+        self._set_spec(pair_spec(mode, compute_dtype, "PairPolicy"))
+
+    @classmethod
+    def of(cls, spec):
+        """The policy of ``spec``, a parsed :class:`PairSpec` (a scope's, with its master)."""
+        policy = cls.__new__(cls)
+        policy._set_spec(spec)
+        return policy
+
+    def _set_spec(self, spec):
+        self.spec = spec
         # The name object leads back to this policy from a layer Keras rebuilds from a config
         # (Keras passes it the name only): ``layers_to_pair`` finds such layers.
-        if backend_choice.KERAS_VARIABLES:
+        if _layers_build_masters():
             # No variable creator: the layer builds fp32 weights (its masters, as
             # mixed_<dtype>) and they pair up once built (keras_variables.pair_records).
             name = _PolicyName(f"mixed_{self.spec.compute_dtype}")
@@ -84,7 +112,7 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
             name = _PolicyName(self.spec.keras_policy_name)
         name.policy = self
         super().__init__(name)
-        if backend_choice.KERAS_VARIABLES:
+        if _layers_build_masters():
             _unpaired[id(name)] = name
 
     @property
@@ -96,7 +124,7 @@ class PairPolicy(keras.dtype_policies.DTypePolicy):
             layer.dtype_policy = keras.dtype_policies.DTypePolicy(
                 f"mixed_{self.spec.compute_dtype}")
             return "float32"
-        if backend_choice.KERAS_VARIABLES:
+        if _layers_build_masters():
             # No variable creator: the layer builds its weights in float32 (the exact fp32
             # initializer values, the masters) and they pair up afterwards.
             return "float32"

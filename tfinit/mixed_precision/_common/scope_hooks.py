@@ -1,9 +1,10 @@
 """What ``scope`` does to Keras on every backend: the active scope's dtype policy, and the
 hooks it leaves on the layers and models constructed inside (no TensorFlow here).
 
-Each backend's ``scope`` (``tensorflow.scope``, ``keras_variables.scope`` on JAX and torch) passes
-in what differs: its ``MasterWeightOptimizer`` class, the context its variables are created
-in (TensorFlow: the variable creator), and what follows a layer's late build.
+``scope`` (``tfinit.mixed_precision._scope``) passes in what differs: the
+``MasterWeightOptimizer`` class, and from the chosen backend's ``scope_steps`` the context its
+variables are created in (TensorFlow: the variable creator), what follows a layer's late
+build and what a model constructed inside gets.
 """
 
 import contextlib

@@ -1,7 +1,7 @@
-"""The differences of the ``keras.Variable`` backend ``_common.backend_choice`` chose: ``jax``'s
+"""The differences of the ``keras.Variable`` backend ``_backend_choice`` chose: ``jax``'s
 or ``torch``'s (the same names in both)."""
 
-from tfinit.mixed_precision._common import backend_choice
+from tfinit.mixed_precision import _backend_choice as backend_choice
 
 if backend_choice.NAME == "torch":
     from tfinit.mixed_precision._keras_variables.torch import (

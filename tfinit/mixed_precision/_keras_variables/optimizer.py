@@ -1,4 +1,5 @@
-"""MasterWeightOptimizer on Keras's JAX backend: the same maths as on TensorFlow, stateless.
+"""``MasterWeightOptimizer``'s step on Keras's JAX and torch backends (``BackendOptimizer``):
+the same maths as on TensorFlow, stateless.
 
 ``fit`` on JAX compiles one step over the values of the model's, the optimizer's and the
 metrics' variables. The masters of pseudo_fp16 pairs (and the 16-bit copies of reverse
@@ -24,66 +25,18 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision._common import shard_layouts
-from tfinit.mixed_precision._common.optimizer_core import FP32_STATE, MasterWeightOptimizerBase
+from tfinit.mixed_precision._keras_variables import shard_layouts
+from tfinit.mixed_precision import _backend_choice as backend_choice
+from tfinit.mixed_precision._common.optimizer_core import (FP32_STATE,
+                                                        MasterWeightOptimizerBase,
+                                                        shard_over_refused)
 from tfinit.mixed_precision._keras_variables import (pair_records, paired_variables,
                                                     quantized_slots)
 
 
-@keras.saving.register_keras_serializable(package="tfinit")
-class MasterWeightOptimizer(MasterWeightOptimizerBase):
-    """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables (JAX).
-
-    The same contract as on TensorFlow: gradients of the 16-bit copies are cast to fp32 and
-    unscaled, the inner optimizer updates the fp32 masters (its slots are fp32), and the
-    copies are re-cast; steps with non-finite gradients are skipped when scaling. It is a
-    ``keras.optimizers.LossScaleOptimizer``, so ``Model.compile`` never wraps it again;
-    ``compile`` on a model constructed in a scope wraps a plain optimizer in it.
-
-    Args:
-        optimizer: the Keras 3 optimizer that updates the masters.
-        loss_scale: ``"auto"`` (dynamic for float16, none for bfloat16), ``"dynamic"``, a
-            finite positive number (a fixed scale) or ``None`` (no scaling, no skipping).
-        name: the optimizer's name.
-        state_dtype: ``None`` / ``"float32"``, or ``"bfloat16"``: the inner optimizer's
-            per-variable state of a paired variable (Adam's moments, momentum...) is stored
-            in bfloat16; EMA averages and gradient accumulators stay fp32. ``"int8"``: stored
-            blockwise in 8 bits (uint8 codes, a float32 scale per 256), dequantized for each
-            step and requantized after it (guide: mixed precision, 8-bit optimizer state).
-        shard_over: None, or the name of an axis of the active ``keras.distribution``
-            device mesh (``"batch"`` for ``DataParallel``): ZeRO-1, the fp32 masters (a split
-            pair's remainders) and the inner optimizer's state are sharded over that axis on
-            top of the variables' layouts (a variable with no dimension the axis size divides
-            stays whole); the 16-bit copies keep Keras's layout and are gathered after each
-            step. ``mode="pseudo_fp16"`` pairs only (a reverse pair's master is the layer's
-            own variable). JAX only.
-        seed: the seed of stochastic rounding (an int, default 0; in the config), for
-            variables built in ``scope(..., master="stochastic")``: a step's draws are a
-            function of it, the inner optimizer's ``iterations`` and the variable's index.
-
-    Raises:
-        TypeError: ``optimizer`` is not a Keras 3 optimizer.
-        ValueError: a loss-scale optimizer as ``optimizer``, a bad ``loss_scale`` or
-            ``state_dtype`` or ``shard_over``, other keyword arguments; at build, a 16-bit
-            trainable variable without a master, a ``shard_over`` axis the active
-            distribution's mesh lacks (or no distribution), a reverse pair with
-            ``shard_over``.
-
-    Example:
-
-    >>> import keras
-    >>> import numpy as np
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False,
-    ...                               kernel_initializer="ones")])
-    >>> model.compile(optimizer=keras.optimizers.SGD(1e-4), loss="mse")
-    >>> type(model.optimizer).__name__
-    'MasterWeightOptimizer'
-    >>> _ = model.fit(np.full((1, 2), 0.25), np.zeros((1, 1)), verbose=0)
-    >>> mp.get_master_weights(model)[0].ravel()         # 1 - 1e-4 * (2 * 0.5) * 0.25
-    array([0.999975, 0.999975], dtype=float32)
-    """
+class BackendOptimizer(MasterWeightOptimizerBase):
+    """``MasterWeightOptimizer`` on JAX and torch: its pairs, ``shard_over`` (ZeRO-1 on
+    JAX), its stateless step (see the module)."""
 
     # -- the pairs, as keras.Variables -----------------------------------------------
     def _update_targets(self, variables):
@@ -120,6 +73,21 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
         internals.set_object_method(inner, "save_own_variables",
                                     lambda store: shard_layouts.save_gathered(
                                         inner.variables, store))
+
+    def _check_shard_over(self, shard_over):
+        if backend_choice.NAME != "jax":
+            raise shard_over_refused(shard_over, backend_choice.NAME)
+        if keras.distribution.distribution() is not None:
+            shard_layouts.mesh_for(shard_over)  # checked again at build (the distribution then)
+
+    @classmethod
+    def _shard_over_here(cls, shard_over):
+        if shard_layouts.shard_over_here(shard_over):
+            return shard_over
+        return super()._shard_over_here(shard_over)
+
+    def _to_numpy(self, value):
+        return shard_layouts.to_numpy(value)
 
     def _master_of(self, pair):
         return pair.master

@@ -35,7 +35,8 @@ from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
 from tfinit import _stochastic_rounding
 from tfinit._split_master import jax as jax_split
-from tfinit.mixed_precision._common import pair_kinds, pair_policy, shard_layouts, weight_files
+from tfinit.mixed_precision._common import pair_kinds, pair_policy, weight_files
+from tfinit.mixed_precision._keras_variables import shard_layouts
 from tfinit.mixed_precision._common.pair_kinds import (PairRecord, PseudoFP16Roles,
                                                        ReverseRoles, SplitRoles,
                                                        StochasticRoles, pair_class)

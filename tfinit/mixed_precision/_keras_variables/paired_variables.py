@@ -14,7 +14,8 @@ from keras import ops
 
 from tfinit import _keras_internals as internals
 from tfinit._precision import MASTER_DTYPE
-from tfinit.mixed_precision._common import pair_kinds, shard_layouts
+from tfinit.mixed_precision._common import pair_kinds
+from tfinit.mixed_precision._keras_variables import shard_layouts
 from tfinit.mixed_precision._keras_variables import active
 
 

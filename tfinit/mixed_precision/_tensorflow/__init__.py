@@ -1,7 +1,8 @@
 """``tfinit.mixed_precision`` on Keras's TensorFlow backend: pairs made by a variable creator
 (``tf.Variable`` records, Keras variables, checkpoint and file hooks), the optimizer's step
-(tf.distribute, ``IndexedSlices``) and the scope. Private: the package module is the public
-face; the same module names as ``_keras_variables`` where both backends define a thing."""
+(tf.distribute, ``IndexedSlices``) and the scope's steps. Private: the package module is
+the public face; the same module names as ``_keras_variables`` where both backends define a
+thing."""
 
 from tfinit import _backend
 

@@ -1,55 +1,19 @@
-"""MasterWeightOptimizer: a Keras optimizer wrapper that updates fp32 masters.
-
-Per step (Caffe2's MultiPrecisionSgd generalised to any Keras optimizer): gradients of
-paired variables are cast to fp32 and unscaled, the inner optimizer updates the fp32
-masters (so its slots are fp32), and the 16-bit copies are re-cast from the masters.
-The inner optimizer sees each master as a Keras variable with the paired variable's name,
-path and constraint, so everything it keys or routes by variable (weight-decay exclusions,
-EMA, gradient accumulation, ``MultiOptimizer`` paths, Muon's and Adafactor's state) works
-as under Keras's mixed policies.
-
-Loss scaling (``loss_scale``), in the style of jmp's ``DynamicLossScale``. Dynamic scaling
-keeps the largest scale under which the float16 gradients stay finite: it doubles the scale
-after 2000 consecutive finite steps and, on a step with a non-finite gradient, skips the step
-and halves the scale (Keras's ``LossScaleOptimizer`` constants; no lower or upper bound)::
-
-    scale = 2.0**15                   # dynamic; a number: that fixed scale; None: no scaling
-    counter = 0
-    for step in steps:
-        grads = grad(scale * loss)                  # opt.scale_loss(loss) inside the tape
-        grads = [float32(g) / scale for g in grads] # overwrite_with_gradient ones: not divided
-        if all_finite(grads) on every replica:      # a sum per gradient, exact check if not
-            inner.apply(grads, masters); copies = cast(masters)
-            if dynamic:
-                counter += 1
-                if counter == 2000:
-                    scale, counter = 2 * scale, 0
-        else:                                       # skipped on all replicas: masters,
-            if dynamic:                             # copies, slots and iterations unchanged
-                scale, counter = scale / 2, 0
-
-- ``"auto"`` (the default): ``"dynamic"`` when the model computes in float16, ``None`` when
-  it computes in bfloat16 (bfloat16 has float32's exponent range, as Keras's
-  ``mixed_bfloat16`` assumes). Decided once: in the constructor inside a scope, else at the
-  first ``scale_loss`` or step, from the pairs the optimizer is built for, else the active
-  scope, else the compute dtype of the model compiled with it (a Keras ``mixed_float16``
-  model without a tfinit scope: dynamic, as Keras's own ``compile`` would wrap its optimizer
-  in a ``LossScaleOptimizer``), else the paired variable a layer read last, else the scopes
-  the process entered
-  (float16 among them: dynamic; no 16-bit variable at all: no scaling).
-- ``None``: no scaling and no finiteness check: every step is applied, as a plain Keras
-  optimizer does (``mixed_bfloat16``).
+"""``MasterWeightOptimizer``'s step on Keras's TensorFlow backend (``BackendOptimizer``):
+the masters are ``MasterVariable`` objects the inner optimizer updates in place, in a replica
+context of tf.distribute; gradients may be ``IndexedSlices``; a step with a non-finite
+gradient on any replica is skipped on all (one ``all_reduce`` of a flag, or a ``merge_call``
+where the strategy needs one).
 """
 
 import keras
 import tensorflow as tf
 from keras import ops
 
-from tfinit import _backend
 from tfinit import _keras_internals as internals
 from tfinit._precision import COMPUTE_DTYPES
-from tfinit.mixed_precision._common.optimizer_core import (AUTO, FP32_STATE,
-                                                        MasterWeightOptimizerBase)
+from tfinit.mixed_precision._common.optimizer_core import (FP32_STATE,
+                                                        MasterWeightOptimizerBase,
+                                                        shard_over_refused)
 from tfinit.mixed_precision._tensorflow import pair_records, paired_variables, quantized_slots
 
 
@@ -63,83 +27,10 @@ def _values(grad):
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
 
-@keras.saving.register_keras_serializable(package="tfinit")
-class MasterWeightOptimizer(MasterWeightOptimizerBase):
-    """Wrap a Keras 3 optimizer so it updates the fp32 masters of paired variables.
-
-    Caffe2's MultiPrecisionSgd, for any Keras optimizer: each step casts the gradients of
-    paired variables to fp32 and unscales them, the inner optimizer updates the fp32 masters
-    (its slots are fp32), and the 16-bit copies are re-cast from the masters. It is a
-    ``keras.optimizers.LossScaleOptimizer`` (it does the loss scaling), so ``Model.compile``
-    never wraps it in a second one, whatever the model's dtype policy; ``compile`` on a model
-    constructed in a scope wraps a plain optimizer in it. Variables without a master (fp32
-    variables, normalization layers) are updated by the inner optimizer directly; a 16-bit
-    variable without a master is an error. The loss-scale algorithm is in this module's
-    docstring.
-
-    Its shape: a subclass of ``LossScaleOptimizer`` (through the base class that Keras's JAX
-    and torch backends' ``MasterWeightOptimizer`` shares: arguments, config, loss-scale rules)
-    that reuses the parent's constructor, ``variables``, ``learning_rate`` and
-    ``iterations``; it replaces ``build`` and ``apply`` (and has no stateless form), because
-    its inner optimizer is built for and updates the masters, not the variables it is handed.
-
-    Args:
-        optimizer: the Keras 3 optimizer that updates the masters (its slots are fp32).
-        loss_scale: ``"auto"`` (the default: dynamic for float16, none for bfloat16, as
-            Keras's mixed policies), ``"dynamic"`` (initial scale 2**15, doubled after 2000
-            finite steps, halved on a skipped one), a finite positive number (a fixed scale),
-            or ``None`` (no scaling: every step is applied).
-        name: the optimizer's name.
-        state_dtype: ``None`` / ``"float32"`` (the inner optimizer's state of a paired
-            variable is fp32), or ``"bfloat16"``: its per-variable state (Adam's moments,
-            momentum...) is stored in bfloat16, half the bytes; the update is still
-            computed in fp32 on the exact master. EMA averages and gradient accumulators
-            stay fp32. It changes the numerics: see the README's training-quality table.
-            ``"int8"``: stored blockwise in 8 bits (uint8 codes, a float32 scale per 256),
-            dequantized for each step and requantized after it.
-        shard_over: None only on TensorFlow (ZeRO-1 over a ``keras.distribution`` mesh
-            axis is JAX's; tf.distribute keeps whole masters and state on every replica).
-        seed: the seed of stochastic rounding (an int, default 0; in the config), for
-            variables built in ``scope(..., master="stochastic")``: a step's draws are a
-            function of it, the inner optimizer's ``iterations`` and the variable's index.
-
-    Raises:
-        TypeError: ``optimizer`` is not a Keras 3 optimizer.
-        ValueError: ``optimizer`` is already a loss-scale optimizer, a bad ``loss_scale`` or
-            ``state_dtype``, other keyword arguments; at a step, a 16-bit variable without a
-            master, or a variable created outside the strategy that trains it.
-
-    Example:
-
-    >>> import keras
-    >>> import numpy as np
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False,
-    ...                               kernel_initializer="ones")])
-    >>> opt = mp.MasterWeightOptimizer(keras.optimizers.SGD(1e-4))
-    >>> opt.loss_scale, opt.dynamic                     # "auto" in a float16 scope
-    ('auto', True)
-    >>> model.compile(optimizer=opt, loss="mse")        # fit scales and unscales the loss
-    >>> _ = model.fit(np.full((1, 2), 0.25), np.zeros((1, 1)), verbose=0)
-    >>> master = mp.get_master_weights(model)[0]       # 1 - 1e-4 * (2 * 0.5) * 0.25
-    >>> master.ravel(), model.get_weights()[0].ravel()  # the fp16 copy rounds it to 1
-    (array([0.999975, 0.999975], dtype=float32), array([1., 1.], dtype=float16))
-    >>> float(opt.dynamic_scale.numpy())                # one finite step: scale kept
-    32768.0
-
-    In a custom loop: ``loss = opt.scale_loss(loss)`` inside the tape, then
-    ``opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-    model.trainable_variables))``.
-    """
+class BackendOptimizer(MasterWeightOptimizerBase):
+    """``MasterWeightOptimizer`` on TensorFlow: its pairs, its step (see the module)."""
 
     _STATE_AGGREGATION = "only_first_replica"  # the scale is shared by every replica
-
-    def __init__(self, optimizer, loss_scale=AUTO, name=None, state_dtype=None,
-                 shard_over=None, **kwargs):
-        _backend.tensorflow("tfinit.mixed_precision.MasterWeightOptimizer")
-        super().__init__(optimizer, loss_scale=loss_scale, name=name, state_dtype=state_dtype,
-                         shard_over=shard_over, **kwargs)
 
     # -- the pairs, on TensorFlow ------------------------------------------------------
     def _pair_of(self, variable):
@@ -165,6 +56,11 @@ class MasterWeightOptimizer(MasterWeightOptimizerBase):
                 self.inner_optimizer,
                 lambda v: isinstance(v, paired_variables.MasterVariable))
         keep_state_in(self.inner_optimizer, dtype)
+
+    def _check_shard_over(self, shard_over):
+        # ZeRO-1 over a keras.distribution mesh axis is JAX's; tf.distribute keeps whole
+        # masters and state on every replica.
+        raise shard_over_refused(shard_over, "tensorflow")
 
     # -- the step ---------------------------------------------------------------------
     def apply(self, grads, trainable_variables=None):

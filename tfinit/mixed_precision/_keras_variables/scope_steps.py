@@ -1,12 +1,14 @@
-"""``scope`` on Keras's JAX backend: layers constructed inside pair their trainable weights.
+"""``scope``'s steps on Keras's JAX and torch backends: layers constructed inside pair their
+trainable weights once built.
 
-There is no variable creator on JAX (``Layer.add_weight`` makes a plain backend variable), so
+There is no variable creator here (``Layer.add_weight`` makes a plain backend variable), so
 the scope's ``PairPolicy`` carries the rules: a layer constructed inside (or rebuilt from a
 saved config inside) builds its weights in float32 (pseudo_fp16: the exact fp32 initializer
 values; reverse: as Keras ``mixed_*``); its float32 trainable weights pair up
 (``pair_records.pair_pending``) when the ``with`` block exits, or when anything asks for a pair
 (``parameter_info``, the optimizer's build, ...), whichever comes first. A layer built after
-the block builds inside the same scope, as on TensorFlow.
+the block builds inside the same scope, as on TensorFlow. The same step names as
+``_tensorflow.scope_steps``.
 """
 
 import contextlib
@@ -15,77 +17,43 @@ import functools
 import keras
 
 from tfinit import _keras_internals as internals
-from tfinit._precision import pair_spec
-from tfinit.mixed_precision._common import scope_hooks, scope_stack
-from tfinit.mixed_precision._common.pair_policy import PairPolicy
 from tfinit.mixed_precision._keras_variables import active, pair_records, paired_variables
-from tfinit.mixed_precision._keras_variables.optimizer import MasterWeightOptimizer
 
 _WHO = "tfinit.mixed_precision.scope"
 
 
-@contextlib.contextmanager
-def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
-    """Pair the trainable floating variables of layers constructed inside with fp32 masters.
-
-    The TensorFlow backend's contract, on JAX: pseudo_fp16 gives each layer a 16-bit
-    variable made as the cast of the exact fp32 initializer value (the master,
-    ``parameter_info(v).blob_copy["float32"]``); reverse keeps the fp32 variable (the master)
-    and a 16-bit copy (``blob_copy[compute_dtype]``). ``compile`` on a model constructed
-    inside wraps a plain optimizer in ``MasterWeightOptimizer``.
-
-    Args:
-        mode: ``"pseudo_fp16"`` or ``"reverse"``.
-        compute_dtype: ``"float16"`` or ``"bfloat16"``.
-        master: ``"fp32"``, or ``"split"`` (pseudo_fp16 with bfloat16 only): the master is
-            stored as the bfloat16 variable plus an int16 remainder (``blob_copy["int16"]``),
-            no fp32 variable between steps; or ``"stochastic"`` (the same dtypes): no
-            master, the bfloat16 weight takes the optimizer's fp32 update with stochastic
-            rounding (``tfinit._stochastic_rounding``).
-
-    Returns:
-        A context manager (yields ``None``).
-
-    Raises:
-        ValueError: a bad ``mode``, ``compute_dtype`` or ``master`` (``"split"`` and
-            ``"stochastic"`` on torch).
-
-    Example:
-
-    >>> import keras
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="bfloat16"):
-    ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    >>> kernel = model.layers[0].kernel
-    >>> kernel.dtype, mp.parameter_info(kernel).blob_copy["float32"].dtype
-    ('bfloat16', 'float32')
-    """
-    spec = pair_spec(mode, compute_dtype, _WHO, master)
+def check(spec):
+    """Refuse what this backend cannot pair: a split or stochastic master on torch."""
     if (spec.is_split or spec.is_stochastic) and not active.SPLITS_MASTERS:
         raise ValueError(
             f"{_WHO}: Argument `master` must be 'fp32' on Keras's "
             f"{keras.backend.backend()} backend (the split master's bit arithmetic, and the "
             "scratch fp32 master a split or stochastic pair's step updates, run on "
-            f"TensorFlow and JAX only). Received: master={master!r}")
-    policy = PairPolicy(spec.compute_dtype, spec.mode)
-    policy.spec = spec  # how the master is stored included (master="split")
-    state = scope_stack.ScopeState(spec, None, policy)
-    try:
-        with scope_hooks.activated(state):  # no variable creator on JAX and torch
-            yield
-    finally:
-        _adopt_constructed_layers(state)
-        pair_records.pair_pending()
+            f"TensorFlow and JAX only). Received: master={spec.master.value!r}")
 
 
-def _adopt_constructed_layers(state):
-    scope_hooks.adopt_constructed_layers(
-        state, MasterWeightOptimizer,
-        after_build=lambda state, layer: pair_records.pair_pending(),
-        adopt_model=_adopt_model)
+def strategy():
+    """No tf.distribute strategy here."""
+    return None
 
 
-def _adopt_model(model):
+#: no variable creator: the variables are created as Keras makes them (``creating(state)``)
+creating = contextlib.nullcontext
+
+
+def after_build(state, layer):
+    """A layer built after the ``with`` block pairs its weights now."""
+    pair_records.pair_pending()
+
+
+def after_exit():
+    """The layers built inside pair their weights when the ``with`` block exits."""
+    pair_records.pair_pending()
+
+
+def adopt_model(model):
+    """A model constructed inside: the masters of fit's compiled step (JAX), layers first
+    in a state tree."""
     if active.STEP_HANDS_IN_MASTERS:
         _wrap_loss_step(model)
     _assign_layers_first(model)

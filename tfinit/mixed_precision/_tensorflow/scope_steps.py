@@ -1,5 +1,5 @@
-"""``scope``: pair each trainable floating variable with an fp32 master and a 16-bit copy
-(Caffe2's PseudoFP16 / ReversePseudoFP16), whenever the layers constructed inside build.
+"""``scope``'s steps on Keras's TensorFlow backend: a variable creator pairs each trainable
+floating variable as it is created (Caffe2's PseudoFP16 / ReversePseudoFP16).
 
 Which variables pair up:
 - pseudo_fp16: Keras variables requested in the compute dtype (the scope's ``PairPolicy``
@@ -14,9 +14,9 @@ Which variables pair up:
 - Untouched: non-trainable variables, integer variables, float64, and Keras variables
   requested in float32 in pseudo_fp16 mode (layers explicitly in float32, normalization).
 
-A layer constructed inside but built later (a subclassed model built by its first call or
-by ``fit``, after the ``with`` block) builds inside the same scope: its build is wrapped, on
-that layer object alone, when the scope exits.
+The steps ``tfinit.mixed_precision._scope.scope`` asks of a backend (the same names in
+``_keras_variables.scope_steps``): ``check``, ``strategy``, ``creating``, ``after_build``,
+``adopt_model`` and ``after_exit``.
 """
 
 import contextlib
@@ -25,81 +25,18 @@ import functools
 
 from tfinit import _backend
 from tfinit import _keras_internals as internals
-from tfinit._precision import pair_spec
 from tfinit.initializers import create_pair
 from tfinit.parameter_info import without_output_index
 from tfinit.mixed_precision._common import pair_kinds, scope_hooks, scope_stack
 from tfinit.mixed_precision._common.pair_policy import PairPolicy
 from tfinit.mixed_precision._tensorflow import pair_records, paired_variables, save_hooks
-from tfinit.mixed_precision._tensorflow.optimizer import MasterWeightOptimizer
-
-active_scope = scope_stack.active
 
 
-@contextlib.contextmanager
-def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
-    """Pair the trainable floating variables of layers constructed inside with fp32 masters.
-
-    Caffe2's ``PseudoFP16Initializer`` / ``ReversePseudoFP16Initializer``: each variable gets
-    an fp32 master and a 16-bit copy, ``copy = cast(master)``; the master is filled first
-    (Keras layers: the initializer runs in float32). Layers compute with the copy; the
-    optimizer (``MasterWeightOptimizer``, which ``compile`` puts in), penalties, constraints
-    and files use the master. Layers constructed inside pair up whenever they build, also
-    after the ``with`` block (a subclassed model built by its first call or by ``fit``).
-    Non-trainable, integer and float64 variables, and Keras variables requested in float32
-    in pseudo_fp16 mode (normalization layers, layers given ``dtype="float32"``), stay as
-    they are. Enter it inside ``strategy.scope()`` to get distributed masters and copies.
-    Scopes nest; the previous Keras dtype policy is restored on exit.
-
-    Args:
-        mode: ``"pseudo_fp16"`` (code sees the 16-bit copy; the master is
-            ``parameter_info(v).blob_copy[tf.float32]``) or ``"reverse"`` (code sees the fp32
-            variable; the copy is ``blob_copy[compute_dtype]``).
-        compute_dtype: ``"float16"`` (GPU) or ``"bfloat16"`` (TPU); strings, ``tf.DType`` and
-            numpy dtypes are accepted.
-        master: ``"fp32"`` (an fp32 master variable beside each copy) or ``"split"``
-            (pseudo_fp16 with bfloat16 only: the bfloat16 copy plus an int16 remainder,
-            ``blob_copy[tf.int16]``, hold the master, exactly but for one float32 ulp in a
-            rare tie (``tfinit._split_master``); no fp32 variable between steps, 4 bytes per
-            parameter instead of 6). Everything else behaves as with ``"fp32"``. Or
-            ``"stochastic"`` (pseudo_fp16 with bfloat16 only): no master, the bfloat16
-            weight (2 bytes per parameter) takes the optimizer's fp32 update with
-            stochastic rounding (``tfinit._stochastic_rounding``; ``get_master_weights``
-            gives the weights widened); ``blob_copy[tf.int16]`` is an empty placeholder.
-
-    Returns:
-        A context manager (yields ``None``).
-
-    Raises:
-        RuntimeError: the Keras backend is not TensorFlow.
-        ValueError: a bad ``mode``, ``compute_dtype`` or ``master``; ``master="split"`` or
-            ``"stochastic"`` with float16 or in reverse mode; bfloat16 across MultiWorker
-            workers.
-
-    Example:
-
-    >>> import keras
-    >>> import tensorflow as tf
-    >>> from tfinit import mixed_precision as mp
-    >>> with mp.scope("pseudo_fp16", compute_dtype="float16"):
-    ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    >>> kernel = model.layers[0].kernel
-    >>> kernel.dtype, mp.parameter_info(kernel).blob_copy[tf.float32].dtype.name
-    ('float16', 'float32')
-    >>> with mp.scope("reverse", compute_dtype="bfloat16"):
-    ...     dense = keras.layers.Dense(2)
-    >>> dense.build((None, 4))                          # builds later, still paired
-    >>> dense.kernel.dtype, dense.compute_dtype
-    ('float32', 'bfloat16')
-    >>> with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="split"):
-    ...     split = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    >>> sorted(d.name for d in mp.parameter_info(split.layers[0].kernel).blob_copy)
-    ['int16']
-    """
+def check(spec):
+    """Refuse what TensorFlow cannot pair: bfloat16 across MultiWorker workers."""
     tf = _backend.tensorflow("tfinit.mixed_precision.scope")
-    spec = pair_spec(mode, compute_dtype, "tfinit.mixed_precision.scope", master)
-    strategy = tf.distribute.get_strategy()
-    if spec.compute_dtype == "bfloat16" and internals.num_workers(strategy) > 1:
+    if spec.compute_dtype == "bfloat16" and internals.num_workers(
+            tf.distribute.get_strategy()) > 1:
         # MWMS broadcasts every variable's initial value with CollectiveBcastSend, which
         # has no bfloat16 kernel: the 16-bit copies could not even be created.
         raise ValueError(
@@ -108,18 +45,20 @@ def scope(mode="pseudo_fp16", compute_dtype="float16", master="fp32"):
             "broadcast bfloat16 initial values between workers). Use compute_dtype="
             "'float16' there; bfloat16 works under MirroredStrategy."
         )
-    policy = PairPolicy(spec.compute_dtype, spec.mode)
-    policy.spec = spec  # how the master is stored included (master="split")
-    state = scope_stack.ScopeState(spec, strategy, policy)
-    try:
-        with _activated(state):
-            yield
-    finally:
-        _adopt_constructed_layers(state)
+
+
+def strategy():
+    """The tf.distribute strategy the scope is entered in (its variables are created there)."""
+    return _backend.tensorflow("tfinit.mixed_precision.scope").distribute.get_strategy()
+
+
+def after_exit():
+    """Nothing waits when the scope exits: the variable creator paired as variables came."""
+    return None
 
 
 @contextlib.contextmanager
-def _creating(state):
+def creating(state):
     """``state``'s variable creator runs (also under ``tf.init_scope`` in a traced function)."""
     tf = _backend.tensorflow("tfinit.mixed_precision.scope")
     creator = functools.partial(_create, state)
@@ -135,18 +74,10 @@ def _creating(state):
 
 def _activated(state):
     """``state`` is the innermost scope: its policy is Keras's global one, its creator runs."""
-    return scope_hooks.activated(state, _creating)
+    return scope_hooks.activated(state, creating)
 
 
-def _adopt_constructed_layers(state):
-    """Each model constructed in ``state`` wraps a plain optimizer in ``compile``; each layer
-    constructed in it and not built yet builds inside it (its variables created later by
-    Keras too: ``_defer_pairing``)."""
-    scope_hooks.adopt_constructed_layers(state, MasterWeightOptimizer, _defer_pairing,
-                                          creating=_creating, adopt_model=_refuse_state_tree)
-
-
-def _refuse_state_tree(model):
+def adopt_model(model):
     """On TensorFlow a pseudo_fp16 master is no Keras variable of the model, so a state tree
     (``get_state_tree``, what Keras's ``OrbaxCheckpoint`` saves) would hold only the 16-bit
     copies: refused for a model with such pairs, naming the routes that keep the masters."""
@@ -172,7 +103,7 @@ def _refuse_state_tree(model):
     internals.set_object_method(model, "get_state_tree", get_state_tree_keeping_masters)
 
 
-def _defer_pairing(state, layer):
+def after_build(state, layer):
     """Variables a build left uninitialized (Keras builds inside a stateless scope when it
     traces a model symbolically) are created later by Keras: create them inside ``state``."""
     for variable in internals.uninitialized_variables(layer):

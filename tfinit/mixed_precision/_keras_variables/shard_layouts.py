@@ -17,39 +17,14 @@ device updates its slice of a master and the copies are gathered back (16-bit) b
 """
 
 import math
-import warnings
 
 import keras
 import numpy as np
 
 from tfinit import _keras_internals as internals
-from tfinit.mixed_precision._common import backend_choice
+from tfinit.mixed_precision import _backend_choice as backend_choice
 
 _WHO = "MasterWeightOptimizer"
-
-
-def check_shard_over(shard_over):
-    """``shard_over`` as the optimizer keeps it (None or a mesh axis name), or an error.
-
-    Raises:
-        ValueError: ``shard_over`` is not None or a non-empty string, or the backend is not
-            JAX (``keras.distribution`` shards arrays on JAX only).
-    """
-    if shard_over is None:
-        return None
-    if not isinstance(shard_over, str) or not shard_over:
-        raise ValueError(
-            f"{_WHO}: Argument `shard_over` must be None or the name of an axis of the "
-            f"keras.distribution device mesh (e.g. 'batch'). Received: shard_over={shard_over!r}")
-    if backend_choice.NAME != "jax":
-        raise ValueError(
-            f"{_WHO}: Argument `shard_over` (ZeRO-1: masters and optimizer state sharded "
-            "over a keras.distribution mesh axis) works on Keras's JAX backend only. On "
-            f"{backend_choice.NAME} leave it None: tf.distribute's strategies (and torch's "
-            "Keras backend) keep a whole copy of the masters and optimizer state on every "
-            "replica; sharding them there is not built in (use the JAX backend with "
-            f"keras.distribution). Received: shard_over={shard_over!r}")
-    return shard_over
 
 
 def mesh_for(shard_over):
@@ -74,21 +49,11 @@ def mesh_for(shard_over):
 
 
 def shard_over_here(shard_over):
-    """``shard_over`` of a saved optimizer, if it applies here (JAX, an active distribution
-    whose mesh has that axis); else None, with a warning saying so."""
-    if shard_over is None:
-        return None
+    """Whether a saved optimizer's ``shard_over`` applies here: JAX, an active distribution
+    whose mesh has that axis."""
     distribution = (keras.distribution.distribution()
                     if backend_choice.NAME == "jax" else None)
-    if distribution is not None and shard_over in distribution.device_mesh.axis_names:
-        return shard_over
-    warnings.warn(
-        f"{_WHO}: the saved optimizer sharded its masters and state over the mesh axis "
-        f"{shard_over!r} (shard_over), which this process has no active keras.distribution "
-        "axis for (or its backend is not JAX): it loads with shard_over=None, the state whole "
-        "on each device. Load it under a distribution with that axis to keep it sharded.",
-        stacklevel=3)
-    return None
+    return distribution is not None and shard_over in distribution.device_mesh.axis_names
 
 
 def _axes_of(entry):
