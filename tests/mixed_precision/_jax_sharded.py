@@ -1,5 +1,5 @@
 """Run by test_mixed_precision_jax_sharded.py in a fresh process with four host devices
-(``XLA_FLAGS`` set by the test before JAX is imported). Argument: which part to run.
+(``XLA_FLAGS`` set by the test before JAX is imported). Arguments: the parts to run.
 
 ``layouts``: under ``ModelParallel`` on a 2x2 ("batch", "model") mesh and a 1x4 one (Dense
 kernels sharded over "model"), for every mode, compute dtype and master, a model built in
@@ -24,6 +24,7 @@ import gc
 import os
 import sys
 import tempfile
+import traceback
 
 if os.environ.get("TFINIT_TEST_WITHOUT_TENSORFLOW") == "1":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -333,5 +334,15 @@ def check_files():
     keras.distribution.set_distribution(None)
 
 
-{"layouts": check_layouts, "zero1": check_zero1, "files": check_files}[sys.argv[1]]()
-print("OK")
+# One process runs the parts named (its JAX start shared); each ends with "<part> OK", or
+# with its traceback and "<part> FAILED" and the next part runs.
+for part in sys.argv[1:]:
+    try:
+        {"layouts": check_layouts, "zero1": check_zero1, "files": check_files}[part]()
+    except Exception:
+        traceback.print_exc(file=sys.stdout)
+        print(part, "FAILED", flush=True)
+    else:
+        print(part, "OK", flush=True)
+    keras.distribution.set_distribution(None)
+    keras.backend.clear_session()

@@ -306,8 +306,10 @@ class MasterInvariantMachine(RuleBasedStateMachine):
         self._both("enable_lora", enable)
         self.stale = True
 
-    @rule(fmt=st.sampled_from([".keras", ".weights.h5", "checkpoint"]))
-    def save(self, fmt):
+    @rule(fmt=st.sampled_from([".keras", ".weights.h5", "checkpoint"]), then_load=st.booleans())
+    def save(self, fmt, then_load):
+        """Save in a drawn format; ``then_load``: load it back in the same step (so CI's few
+        derandomized sequences reach a load; the ``load`` rule loads after later calls)."""
         if fmt == "checkpoint" and BACKEND != "tensorflow":
             assume(self.side.model.compiled)
         def save(side):
@@ -324,14 +326,20 @@ class MasterInvariantMachine(RuleBasedStateMachine):
         saved = self._both("save", save)
         self.saved[fmt] = (saved, None if fmt == ".keras" else self._signature(),
                            self.stale, self.lora)
+        if then_load:
+            self._load(fmt)
 
     @precondition(lambda self: any(signature in (None, self._signature())
                                    for _, signature, _, _ in self.saved.values()))
     @rule(data=st.data())
     def load(self, data):
-        fmt = data.draw(st.sampled_from(sorted(
+        self._load(data.draw(st.sampled_from(sorted(
             fmt for fmt, (_, signature, _, _) in self.saved.items()
-            if signature in (None, self._signature()))), label="format")
+            if signature in (None, self._signature()))), label="format"))
+
+    def _load(self, fmt):
+        """Load what ``save`` wrote last in ``fmt`` (into the model as it is now, but for
+        ``.keras``: the model as saved), on both sides, then the invariant."""
         saved, _, stale, lora = self.saved[fmt]
 
         def load(side):
@@ -382,8 +390,23 @@ class MasterInvariantMachine(RuleBasedStateMachine):
 TALLY = collections.Counter()
 
 
+#: (backend, configuration): CI's sequences find a master lost there (strict xfail, not
+#: shrunk: the shrunk sequence is in the reason)
+KNOWN_FAILURES = {
+    ("torch", ("pseudo_fp16", "float16", "fp32")): (
+        "torch: tied_embedding, enable_lora on its Dense, save .keras and load it, twice: "
+        "dense_1/kernel's master moves by 7.78e-05 on the load, Keras mixed's not at all"),
+}
+
+
+def _machine_cases():
+    return [pytest.param(*c, id="-".join(c), marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN_FAILURES[BACKEND, c]) if (BACKEND, c) in KNOWN_FAILURES
+        else ()) for c in CONFIGS]
+
+
 @pytest.mark.slow  # about 2 minutes per backend on 2 cores
-@pytest.mark.parametrize("mode, dtype, master", CONFIGS, ids=["-".join(c) for c in CONFIGS])
+@pytest.mark.parametrize("mode, dtype, master", _machine_cases())
 def test_master_invariant_over_drawn_sequences_of_calls(mode, dtype, master):
     """The invariant holds after every call of every drawn sequence, ``EXAMPLES`` sequences
     per backend shared by its configurations (Hypothesis shrinks a failure to a minimal
@@ -399,7 +422,8 @@ def test_master_invariant_over_drawn_sequences_of_calls(mode, dtype, master):
             derandomize=os.environ.get("TFINIT_INVARIANT_RANDOM") != "1",
             suppress_health_check=list(HealthCheck), print_blob=True,
             # TFINIT_INVARIANT_SHRINK=0: report the first failing sequence as drawn
-            phases=[p for p in Phase if p != Phase.shrink or SHRINK]))
+            phases=[p for p in Phase if p != Phase.shrink
+                    or SHRINK and (BACKEND, config) not in KNOWN_FAILURES]))
     finally:
         print(f"{BACKEND} {mode} {dtype} {master}: {TALLY['build']} sequences, "
               f"{sum(TALLY.values()) - TALLY['build']} calls; {dict(sorted(TALLY.items()))}")

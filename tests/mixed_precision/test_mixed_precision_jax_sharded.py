@@ -1,6 +1,7 @@
 """Masters under ``keras.distribution`` on JAX with four host devices (CI's JAX pass).
 
-Each test runs a part of tests/mixed_precision/_jax_sharded.py in a fresh process
+The three parts of tests/mixed_precision/_jax_sharded.py run in one fresh process (a
+module fixture) and each test checks its part's result
 (``XLA_FLAGS`` must give four host devices before JAX is imported; its docstring says what
 each part asserts): every added array on its variable's layout under ModelParallel, with
 masters bit-identical to Keras mixed; ZeRO-1 (``shard_over``): masters equal to the
@@ -10,6 +11,7 @@ holds exactly as the sharding rule gives; weights and
 ``jax.distributed`` (tests/mixed_precision/_jax_two_hosts.py) train the masters of one.
 """
 
+import re
 import socket
 import subprocess
 import sys
@@ -26,24 +28,36 @@ pytestmark = [pytest.mark.backend_neutral,
 SCRIPT = HERE / "_jax_sharded.py"
 
 
-def _run(part):
-    run_python(SCRIPT, part, backend="jax", devices=4, needs_tensorflow=False, timeout=400,
-               ends_with="OK")
+PARTS = ("layouts", "zero1", "files")
+
+
+@pytest.fixture(scope="module")
+def parts_output():
+    """The three parts run in one process (one JAX start with four devices, not three)."""
+    return run_python(SCRIPT, *PARTS, backend="jax", devices=4, needs_tensorflow=False,
+                      timeout=900)
+
+
+def _run(output, part):
+    """Assert that ``part`` of the shared run printed ``<part> OK`` (else: its own lines)."""
+    pieces = re.split(r"^(\w+ (?:OK|FAILED))$", output, flags=re.M)
+    lines = dict(zip(pieces[1::2], pieces[0:-1:2], strict=True))  # status -> its lines
+    assert f"{part} OK" in lines, lines.get(f"{part} FAILED", output)[-3000:]
 
 
 @pytest.mark.slow  # a subprocess, 16 trainings with their Keras mixed oracles
-def test_every_added_array_follows_the_layout_and_masters_match_keras_mixed():
-    _run("layouts")
+def test_every_added_array_follows_the_layout_and_masters_match_keras_mixed(parts_output):
+    _run(parts_output, "layouts")
 
 
 @pytest.mark.slow  # a subprocess, 14 trainings
-def test_shard_over_shards_masters_and_state_and_keeps_the_masters():
-    _run("zero1")
+def test_shard_over_shards_masters_and_state_and_keeps_the_masters(parts_output):
+    _run(parts_output, "zero1")
 
 
 @pytest.mark.slow  # a subprocess, 3 trainings and 9 loads of each file
-def test_files_written_under_one_layout_load_exactly_under_another():
-    _run("files")
+def test_files_written_under_one_layout_load_exactly_under_another(parts_output):
+    _run(parts_output, "files")
 
 
 def _free_port():
