@@ -14,6 +14,10 @@ After any call on a model built in a ``tfinit.mixed_precision`` scope:
     same bits (the draws are a function of seed, step and variable only), and every "master"
     is its bfloat16 weight widened (nothing else is stored). The exactness of one step
     against an independent numpy oracle with the same draws is test_stochastic_rounding.py's.
+    Split masters with 8-bit optimizer state (``state_dtype="int8"``, the configuration
+    ``"split+int8"``) compare bit for bit with a twin too: their masters are exact, but the
+    dequantized moments are not the fp32 run's (test_int8_state.py bounds them and checks the
+    first step's masters against fp32 state's).
 
 ``check`` asserts the three for one call; ``comparison`` says how (c) compares in a
 configuration. The state machine (test_master_invariant.py) calls them after every step.
@@ -95,6 +99,8 @@ def comparison(master, mode, *, lora=False, embedding=False):
         return UP_TO_TIES
     if master == "stochastic":
         return STOCHASTIC_TWIN
+    if master.endswith("+int8"):  # 8-bit state: a twin of the same configuration
+        return BITWISE
     backend = keras.backend.backend()
     if mode == "pseudo_fp16" and ((lora and backend != "jax")
                                   or (embedding and backend in ("jax", "torch"))):

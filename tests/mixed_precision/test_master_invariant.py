@@ -42,12 +42,24 @@ SHRINK = os.environ.get("TFINIT_INVARIANT_SHRINK") != "0"
 STEPS = int(os.environ.get("TFINIT_INVARIANT_STEPS", "8"))
 
 #: (mode, compute dtype, master): split and stochastic only with bfloat16 pseudo_fp16, on
-#: TensorFlow and JAX
+#: TensorFlow and JAX; "split+int8": split masters, MasterWeightOptimizer(state_dtype="int8")
 CONFIGS = [(mode, dtype, "fp32") for mode in P.MODES for dtype in P.DTYPES] + (
-    [("pseudo_fp16", "bfloat16", "split"), ("pseudo_fp16", "bfloat16", "stochastic")]
+    [("pseudo_fp16", "bfloat16", "split"), ("pseudo_fp16", "bfloat16", "stochastic"),
+     ("pseudo_fp16", "bfloat16", "split+int8")]
     if BACKEND in ("tensorflow", "jax") else [])
-#: the oracle's master: split's is the fp32-master run, stochastic's a twin (_invariant.py)
-ORACLE_MASTER = {"split": "fp32", "stochastic": "stochastic"}
+#: the oracle's master: split's is the fp32-master run, stochastic's and int8 state's a twin
+#: (_invariant.py)
+ORACLE_MASTER = {"split": "fp32", "stochastic": "stochastic", "split+int8": "split+int8"}
+
+
+def scope_master(master):
+    """The scope's ``master`` of a configuration's (``"split+int8"``: ``"split"``)."""
+    return master.partition("+")[0]
+
+
+def state_dtype(master):
+    """The optimizer's ``state_dtype`` of a configuration's master (``"split+int8"``: int8)."""
+    return master.partition("+")[2] or None
 
 
 def _sequential(input_shape, layers):
@@ -91,7 +103,7 @@ class _Side:
         return self.mode is not None
 
     def _scope(self):
-        return mp.scope(self.mode, compute_dtype=self.dtype, master=self.master)
+        return mp.scope(self.mode, compute_dtype=self.dtype, master=scope_master(self.master))
 
     def build(self, factory):
         if self.tfinit:
@@ -111,7 +123,9 @@ class _Side:
 
     def compile(self, wrap):
         inner = keras.optimizers.Adam(1e-2)
-        optimizer = mp.MasterWeightOptimizer(inner) if self.tfinit and wrap else inner
+        state = state_dtype(self.master) if self.tfinit else None
+        optimizer = (mp.MasterWeightOptimizer(inner, state_dtype=state)
+                     if self.tfinit and (wrap or state) else inner)
         self.model.compile(optimizer=optimizer, loss="mse")
 
     def early_stopping(self):
@@ -447,9 +461,11 @@ def test_state_tree_round_trip_restores_the_masters(mode, dtype, master):
     JAX and torch in reverse mode: the 16-bit copies, optimizer state, all had the path
     ``kernel_fp16``, so Keras refused the tree (a path found twice); they now sit beside
     their master (``sequential/dense/kernel_fp16``)."""
-    with mp.scope(mode, compute_dtype=dtype, master=master):
+    with mp.scope(mode, compute_dtype=dtype, master=scope_master(master)):
         model = keras.Sequential([keras.Input((6,)), L.Dense(8), L.Dense(2)])
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    inner = keras.optimizers.Adam(1e-2)
+    model.compile(optimizer=mp.MasterWeightOptimizer(inner, state_dtype=state_dtype(master)),
+                  loss="mse")
     x, y = P.data((6,), (2,))
     model.fit(x, y, batch_size=P.BATCH, verbose=0)
     tree = model.get_state_tree(value_format="numpy_array")
@@ -467,7 +483,7 @@ def test_set_weights_of_get_weights_keeps_every_master(mode, dtype, master):
     machine found JAX's split masters rounded to bfloat16 by it (48 of 48 kernel elements):
     a 16-bit value equal to the copy now keeps the remainder there too."""
     keras.utils.set_random_seed(0)
-    with mp.scope(mode, compute_dtype=dtype, master=master):
+    with mp.scope(mode, compute_dtype=dtype, master=scope_master(master)):
         model = keras.Sequential([keras.Input((6,)), L.Dense(8), L.Dense(2)])
     before = mp.get_master_weights(model)
     # masters below 16-bit resolution, so a rounding would show (stochastic: no master)
