@@ -73,9 +73,12 @@ def _complete(folder, route):
 
 
 def kill_during_saves(tmp_path, route, part, backend, master, kills=KILLS, seed=0):
-    """Run ``part`` ``kills`` times, each SIGKILLed a seeded random delay (0-30 ms) after a
-    checkpoint write was seen under way (after the first checkpoint completed). Returns the
-    killed runs' folders and how many kills landed while a write was still under way."""
+    """Run ``part`` ``kills`` times, each SIGKILLed a seeded random delay after a checkpoint
+    write was seen under way (after the first checkpoint completed): run i of n at
+    30 i / n ms plus a draw in [0, 3) ms, so the first kill comes at once and the others
+    spread over 0-30 ms however few they are (drawn over all 0-30 ms, 2 kills fell at 25 and
+    23 ms, after a short TensorFlow save had ended: 0 of 2 landed). Returns the killed runs'
+    folders and how many kills landed while a write was still under way."""
     rng = random.Random(seed)
     folders, landed = [], 0
     for run in range(kills):
@@ -94,7 +97,7 @@ def kill_during_saves(tmp_path, route, part, backend, master, kills=KILLS, seed=
             while not _saving(target, route):
                 assert time.monotonic() < deadline and child.poll() is None, "no save seen"
                 time.sleep(0.0005)
-            time.sleep(rng.uniform(0.0, 0.03))
+            time.sleep(0.03 * run / kills + rng.uniform(0.0, 0.003))
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=60)
             landed += _saving(target, route)
