@@ -404,8 +404,8 @@ class MasterInvariantMachine(RuleBasedStateMachine):
 TALLY = collections.Counter()
 
 
-#: (backend, configuration): CI's sequences find a master lost there (strict xfail, not
-#: shrunk: the shrunk sequence is in the reason)
+#: (backend, configuration): CI's sequences found a master lost there (xfail, not shrunk:
+#: the shrunk sequence is in the reason)
 KNOWN_FAILURES = {
     ("torch", ("pseudo_fp16", "float16", "fp32")): (
         "torch: tied_embedding, enable_lora on its Dense, save .keras and load it, twice: "
@@ -414,8 +414,10 @@ KNOWN_FAILURES = {
 
 
 def _machine_cases():
+    # not strict: whether CI's derandomized draws reach the failing sequence changes with
+    # the rules' code (a fresh-clone run at d2f0967 drew none that fails)
     return [pytest.param(*c, id="-".join(c), marks=pytest.mark.xfail(
-        strict=True, reason=KNOWN_FAILURES[BACKEND, c]) if (BACKEND, c) in KNOWN_FAILURES
+        strict=False, reason=KNOWN_FAILURES[BACKEND, c]) if (BACKEND, c) in KNOWN_FAILURES
         else ()) for c in CONFIGS]
 
 
