@@ -170,7 +170,11 @@ def _create(state, next_creator, **kwargs):
     name = without_output_index(kwargs.get("name") or "Variable")
 
     def make_variable(**overrides):
-        return next_creator(**dict(kwargs, **overrides))
+        # Keras 3.16 passes `shape`: each variable of a pair takes its own value's shape
+        # (a stochastic pair's placeholder is empty).
+        merged = dict(kwargs, **overrides)
+        merged.pop("shape", None)
+        return next_creator(**merged)
 
     created = create_pair(name, value, state.spec, trainable=trainable,
                           make_variable=make_variable)
