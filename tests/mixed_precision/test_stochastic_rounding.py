@@ -234,28 +234,42 @@ def test_the_seed_is_in_the_optimizer_config():
     assert again.seed == 42
 
 
+def _trained_and_half_trained(seed):
+    """Two models from the same weights (optimizer ``seed``): one trained on four batches, one
+    on the first two. Returns them and the batches."""
+    x, y = _data()
+    straight, half = _compiled(seed=seed), _compiled(seed=seed)
+    half.set_weights(straight.get_weights())
+    batches = [(x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]) for i in range(4)]
+    for batch in batches:
+        straight.train_on_batch(*batch)
+    for batch in batches[:2]:
+        half.train_on_batch(*batch)
+    return straight, half, batches
+
+
+def _assert_resumes_bit_identically(resumed, straight, batches):
+    """``resumed`` (the half-trained model restored) trained on the last two batches holds
+    ``straight``'s bits."""
+    for batch in batches[2:]:
+        resumed.train_on_batch(*batch)
+    for got, want in zip(resumed.weights, straight.weights, strict=True):
+        np.testing.assert_array_equal(_bits16(got.numpy()), _bits16(want.numpy()))
+
+
 @pytest.mark.tensorflow_only
 @pytest.mark.slow  # about 6 s
 def test_resume_from_a_tf_train_checkpoint_continues_bit_identically(tmp_path):
     import tensorflow as tf
 
-    x, y = _data()
-    straight, first, resumed = _compiled(), _compiled(), _compiled()
-    first.set_weights(straight.get_weights())
-    batches = [(x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]) for i in range(4)]
-    for batch in batches:
-        straight.train_on_batch(*batch)
-    for batch in batches[:2]:
-        first.train_on_batch(*batch)
+    straight, first, batches = _trained_and_half_trained(seed=5)
     path = tf.train.Checkpoint(model=first, optimizer=first.optimizer).save(
         str(tmp_path / "ckpt"))
+    resumed = _compiled(seed=5)
     resumed.optimizer.build(resumed.trainable_variables)
     tf.train.Checkpoint(model=resumed, optimizer=resumed.optimizer).restore(
         path).assert_existing_objects_matched()
-    for batch in batches[2:]:
-        resumed.train_on_batch(*batch)
-    for got, want in zip(resumed.weights, straight.weights, strict=True):
-        np.testing.assert_array_equal(_bits16(got.numpy()), _bits16(want.numpy()))
+    _assert_resumes_bit_identically(resumed, straight, batches)
 
 
 def _fine_tune(kind, x, y, start):
@@ -297,20 +311,10 @@ def test_fine_tuning_ends_near_the_fp32_master_run_where_plain_bfloat16_stalls()
 @needs_scope
 @pytest.mark.slow  # about 6 s
 def test_resume_from_a_keras_file_continues_bit_identically(tmp_path):
-    x, y = _data()
-    straight, first = _compiled(seed=9), _compiled(seed=9)
-    first.set_weights(straight.get_weights())
-    batches = [(x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]) for i in range(4)]
-    for batch in batches:
-        straight.train_on_batch(*batch)
-    for batch in batches[:2]:
-        first.train_on_batch(*batch)
+    straight, first, batches = _trained_and_half_trained(seed=9)
     path = str(tmp_path / "half.keras")
     first.save(path)
     with mp.scope("pseudo_fp16", compute_dtype="bfloat16", master="stochastic"):
         resumed = keras.models.load_model(path)
     assert resumed.optimizer.seed == 9
-    for batch in batches[2:]:
-        resumed.train_on_batch(*batch)
-    for got, want in zip(resumed.weights, straight.weights, strict=True):
-        np.testing.assert_array_equal(_bits16(got.numpy()), _bits16(want.numpy()))
+    _assert_resumes_bit_identically(resumed, straight, batches)
